@@ -1,0 +1,587 @@
+package hca
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Discoverer reads an RDMA inventory from a sysfs tree and a dev tree. It
+// holds no state between passes, so one value may be reused and shared.
+type Discoverer struct {
+	sysfsRoot string
+	devRoot   string
+	readFile  func(string) ([]byte, error)
+}
+
+// Option configures a Discoverer.
+type Option func(*Discoverer)
+
+// WithSysfsRoot reads sysfs from root instead of /sys (a container's
+// host mount, or a simulated node).
+func WithSysfsRoot(root string) Option { return func(d *Discoverer) { d.sysfsRoot = root } }
+
+// WithDevRoot looks for device nodes under root instead of /dev.
+func WithDevRoot(root string) Option { return func(d *Discoverer) { d.devRoot = root } }
+
+// WithReadFile replaces os.ReadFile for sysfs attribute files, so a test can
+// make reads fail the way the kernel does (EINVAL on some GID attributes).
+func WithReadFile(f func(string) ([]byte, error)) Option {
+	return func(d *Discoverer) { d.readFile = f }
+}
+
+// NewDiscoverer returns a Discoverer for /sys and /dev unless told otherwise.
+func NewDiscoverer(opts ...Option) *Discoverer {
+	d := &Discoverer{sysfsRoot: "/sys", devRoot: "/dev", readFile: os.ReadFile}
+	for _, o := range opts {
+		o(d)
+	}
+	return d
+}
+
+// Discover is NewDiscoverer(opts...).Discover().
+func Discover(opts ...Option) (Inventory, error) { return NewDiscoverer(opts...).Discover() }
+
+// Discover walks the tree once. It fails only when sysfs itself cannot be
+// read; a missing or garbled attribute becomes a warning on its HCA, and a
+// node without the RDMA class is an empty inventory.
+func (d *Discoverer) Discover() (Inventory, error) {
+	var inv Inventory
+	root, err := filepath.EvalSymlinks(d.sysfsRoot)
+	if err != nil {
+		return inv, fmt.Errorf("sysfs root %s: %w", d.sysfsRoot, err)
+	}
+	pass := &pass{d: d, root: root}
+
+	inv.NetnsMode = pass.netnsMode(&inv.Warnings)
+	inv.RDMACM = pass.rdmaCM(&inv.Warnings)
+
+	ibClass := filepath.Join(root, "class", "infiniband")
+	entries, err := os.ReadDir(ibClass)
+	if errors.Is(err, fs.ErrNotExist) {
+		return inv, nil
+	}
+	if err != nil {
+		return inv, fmt.Errorf("listing RDMA devices: %w", err)
+	}
+	uverbs, warns := pass.uverbsDevices()
+	inv.Warnings = append(inv.Warnings, warns...)
+	mads, warns := pass.madDevices()
+	inv.Warnings = append(inv.Warnings, warns...)
+
+	for _, e := range entries {
+		h := pass.hca(e.Name())
+		if u, ok := uverbs[h.Name]; ok {
+			h.Uverbs = &u
+		}
+		h.MAD = mads[h.Name]
+		pass.judge(&h)
+		inv.HCAs = append(inv.HCAs, h)
+	}
+	slices.SortFunc(inv.HCAs, func(a, b HCA) int { return strings.Compare(a.Name, b.Name) })
+	return inv, nil
+}
+
+// pass is one discovery walk.
+type pass struct {
+	d    *Discoverer
+	root string // sysfs root, symlinks resolved
+}
+
+// read returns a file's content without the trailing newline.
+func (p *pass) read(path string) (string, error) {
+	b, err := p.d.readFile(path)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimRight(string(b), "\n"), nil
+}
+
+// warner collects warnings that name the file.
+type warner struct{ list *[]string }
+
+func (w warner) add(path string, err error) {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Path == path {
+		err = pe.Err
+	}
+	*w.list = append(*w.list, fmt.Sprintf("%s: %v", path, err))
+}
+
+// readAttr reads a required attribute; a failure is a warning.
+func (p *pass) readAttr(w warner, path string) (string, bool) {
+	s, err := p.read(path)
+	if err != nil {
+		w.add(path, err)
+		return "", false
+	}
+	return s, true
+}
+
+// readOptional reads an attribute that some drivers lack: absence is silent.
+func (p *pass) readOptional(w warner, path string) string {
+	s, err := p.read(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		w.add(path, err)
+	}
+	return s
+}
+
+func (p *pass) netnsMode(warns *[]string) NetnsMode {
+	path := filepath.Join(p.root, "module", "ib_core", "parameters", "netns_mode")
+	s, err := p.read(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return NetnsUnknown
+	}
+	w := warner{warns}
+	if err != nil {
+		w.add(path, err)
+		return NetnsUnknown
+	}
+	m, err := parseNetnsMode(s)
+	if err != nil {
+		w.add(path, err)
+	}
+	return m
+}
+
+func (p *pass) rdmaCM(warns *[]string) *CharDevice {
+	path := filepath.Join(p.root, "class", "misc", "rdma_cm", "dev")
+	s, err := p.read(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	w := warner{warns}
+	if err != nil {
+		w.add(path, err)
+		return nil
+	}
+	cd, err := p.charDevice("rdma_cm", s)
+	if err != nil {
+		w.add(path, err)
+		return nil
+	}
+	return &cd
+}
+
+// charDevice builds a CharDevice from a dev file and looks for its node.
+func (p *pass) charDevice(name, dev string) (CharDevice, error) {
+	major, minor, err := parseDevNumbers(dev)
+	if err != nil {
+		return CharDevice{}, err
+	}
+	cd := CharDevice{Name: name, Path: "/dev/infiniband/" + name, Major: major, Minor: minor}
+	_, err = os.Stat(filepath.Join(p.d.devRoot, "infiniband", name))
+	cd.Exists = err == nil
+	return cd, nil
+}
+
+// classDevices lists the device directories of a class, skipping plain
+// files such as abi_version.
+func (p *pass) classDevices(class string) ([]string, error) {
+	dir := filepath.Join(p.root, "class", class)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		fi, err := os.Stat(filepath.Join(dir, e.Name()))
+		if err == nil && fi.IsDir() {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out, nil
+}
+
+// uverbsDevices maps ibdev name to its verbs device.
+func (p *pass) uverbsDevices() (map[string]CharDevice, []string) {
+	var warns []string
+	w := warner{&warns}
+	dirs, err := p.classDevices("infiniband_verbs")
+	if err != nil {
+		w.add(filepath.Join(p.root, "class", "infiniband_verbs"), err)
+	}
+	out := map[string]CharDevice{}
+	for _, dir := range dirs {
+		ibdev, ok1 := p.readAttr(w, filepath.Join(dir, "ibdev"))
+		dev, ok2 := p.readAttr(w, filepath.Join(dir, "dev"))
+		if !ok1 || !ok2 {
+			continue
+		}
+		cd, err := p.charDevice(filepath.Base(dir), dev)
+		if err != nil {
+			w.add(filepath.Join(dir, "dev"), err)
+			continue
+		}
+		out[ibdev] = cd
+	}
+	return out, warns
+}
+
+// madDevices maps ibdev name to its umad and issm devices, sorted by name.
+func (p *pass) madDevices() (map[string][]CharDevice, []string) {
+	var warns []string
+	w := warner{&warns}
+	dirs, err := p.classDevices("infiniband_mad")
+	if err != nil {
+		w.add(filepath.Join(p.root, "class", "infiniband_mad"), err)
+	}
+	out := map[string][]CharDevice{}
+	for _, dir := range dirs {
+		ibdev, ok1 := p.readAttr(w, filepath.Join(dir, "ibdev"))
+		port, ok2 := p.readAttr(w, filepath.Join(dir, "port"))
+		dev, ok3 := p.readAttr(w, filepath.Join(dir, "dev"))
+		if !ok1 || !ok2 || !ok3 {
+			continue
+		}
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 {
+			w.add(filepath.Join(dir, "port"), fmt.Errorf("cannot parse %q: want a port number", port))
+			continue
+		}
+		cd, err := p.charDevice(filepath.Base(dir), dev)
+		if err != nil {
+			w.add(filepath.Join(dir, "dev"), err)
+			continue
+		}
+		cd.Port = n
+		out[ibdev] = append(out[ibdev], cd)
+	}
+	for _, l := range out {
+		slices.SortFunc(l, func(a, b CharDevice) int { return strings.Compare(a.Name, b.Name) })
+	}
+	return out, warns
+}
+
+// hca reads one ibdev directory.
+func (p *pass) hca(name string) HCA {
+	h := HCA{Name: name}
+	w := warner{&h.Warnings}
+	dir := filepath.Join(p.root, "class", "infiniband", name)
+
+	if s, ok := p.readAttr(w, filepath.Join(dir, "node_type")); ok {
+		if _, word, err := parseNumberedWord(s); err != nil {
+			w.add(filepath.Join(dir, "node_type"), err)
+		} else {
+			h.NodeType = word
+		}
+	}
+	for _, g := range []struct {
+		file string
+		dst  *string
+	}{{"node_guid", &h.NodeGUID}, {"sys_image_guid", &h.SysImageGUID}} {
+		path := filepath.Join(dir, g.file)
+		if s, ok := p.readAttr(w, path); ok {
+			if v, err := parseGUID(s); err != nil {
+				w.add(path, err)
+			} else {
+				*g.dst = v
+			}
+		}
+	}
+	h.FirmwareVer, _ = p.readAttr(w, filepath.Join(dir, "fw_ver"))
+	h.NodeDesc, _ = p.readAttr(w, filepath.Join(dir, "node_desc"))
+	h.HCAType = p.readOptional(w, filepath.Join(dir, "hca_type"))
+	h.BoardID = p.readOptional(w, filepath.Join(dir, "board_id"))
+
+	h.Ports = p.ports(w, filepath.Join(dir, "ports"))
+	h.PCI = p.pci(w, dir)
+	h.Software = h.PCI == nil && p.isVirtual(dir)
+
+	netdevs := map[string]bool{}
+	if h.PCI != nil {
+		for _, n := range p.listDir(filepath.Join(dir, "device", "net")) {
+			netdevs[n] = true
+		}
+	}
+	for _, port := range h.Ports {
+		for _, g := range port.GIDs {
+			if g.Netdev != "" {
+				netdevs[g.Netdev] = true
+				if h.Software && h.ParentNetdev == "" {
+					h.ParentNetdev = g.Netdev
+				}
+			}
+		}
+	}
+	if h.Software && h.ParentNetdev == "" {
+		h.ParentNetdev = p.readOptional(w, filepath.Join(dir, "parent"))
+	}
+	for n := range netdevs {
+		h.Netdevs = append(h.Netdevs, n)
+	}
+	slices.Sort(h.Netdevs)
+
+	switch {
+	case h.PCI != nil:
+		h.Model = modelName(h.PCI.VendorID, h.PCI.DeviceID)
+	case h.Software && h.NodeType == "RNIC":
+		h.Model = "soft-iWARP"
+	case h.Software:
+		h.Model = "Soft-RoCE"
+	}
+	if h.Model == "" {
+		h.Model = h.HCAType
+	}
+	return h
+}
+
+// isVirtual reports whether an ibdev lives under devices/virtual (no parent
+// device), as rxe and siw do.
+func (p *pass) isVirtual(dir string) bool {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return false
+	}
+	rel, err := filepath.Rel(p.root, real)
+	return err == nil && strings.HasPrefix(rel, filepath.Join("devices", "virtual")+string(filepath.Separator))
+}
+
+func (p *pass) listDir(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func (p *pass) ports(w warner, dir string) []Port {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		w.add(dir, err)
+		return nil
+	}
+	var ports []Port
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil || n < 1 {
+			continue
+		}
+		ports = append(ports, p.port(w, filepath.Join(dir, e.Name()), n))
+	}
+	slices.SortFunc(ports, func(a, b Port) int { return a.Number - b.Number })
+	return ports
+}
+
+func (p *pass) port(w warner, dir string, n int) Port {
+	port := Port{Number: n, RoCEv2GIDIndex: -1}
+	word := func(file string) string {
+		path := filepath.Join(dir, file)
+		s, ok := p.readAttr(w, path)
+		if !ok {
+			return ""
+		}
+		_, v, err := parseNumberedWord(s)
+		if err != nil {
+			w.add(path, err)
+		}
+		return v
+	}
+	port.State = word("state")
+	port.PhysState = word("phys_state")
+
+	llPath := filepath.Join(dir, "link_layer")
+	if s, ok := p.readAttr(w, llPath); ok {
+		switch LinkLayer(s) {
+		case LinkLayerInfiniBand, LinkLayerEthernet:
+			port.LinkLayer = LinkLayer(s)
+		default:
+			w.add(llPath, fmt.Errorf("unknown link layer %q: want InfiniBand or Ethernet", s))
+		}
+	}
+	ratePath := filepath.Join(dir, "rate")
+	if s, ok := p.readAttr(w, ratePath); ok {
+		if r, err := parseRate(s); err != nil {
+			w.add(ratePath, err)
+		} else {
+			port.RateGbps, port.Width, port.Speed = r.gbps, r.width, r.speed
+		}
+	}
+	if port.LinkLayer == LinkLayerInfiniBand {
+		for _, f := range []struct {
+			file string
+			dst  *int
+		}{{"lid", &port.LID}, {"sm_lid", &port.SMLID}} {
+			path := filepath.Join(dir, f.file)
+			if s, ok := p.readAttr(w, path); ok {
+				if v, err := parseHexInt(s, 16); err != nil {
+					w.add(path, err)
+				} else {
+					*f.dst = int(v)
+				}
+			}
+		}
+	}
+	port.GIDs = p.gids(w, dir, port.LinkLayer == LinkLayerEthernet)
+	port.RoCEv2GIDIndex = roceV2Index(port.GIDs)
+	return port
+}
+
+// gids reads the occupied slots of a port's GID table. Empty slots are
+// skipped before their attributes are read (those reads fail by design).
+func (p *pass) gids(w warner, portDir string, ethernet bool) []GID {
+	gidDir := filepath.Join(portDir, "gids")
+	entries, err := os.ReadDir(gidDir)
+	if err != nil {
+		w.add(gidDir, err)
+		return nil
+	}
+	var out []GID
+	for _, e := range entries {
+		idx, err := strconv.Atoi(e.Name())
+		if err != nil || idx < 0 {
+			continue
+		}
+		path := filepath.Join(gidDir, e.Name())
+		s, ok := p.readAttr(w, path)
+		if !ok {
+			continue
+		}
+		_, empty, err := parseGID(s)
+		if err != nil {
+			w.add(path, err)
+			continue
+		}
+		if empty {
+			continue
+		}
+		g := GID{Index: idx, GID: s}
+		g.Type = p.gidAttr(w, filepath.Join(portDir, "gid_attrs", "types", e.Name()))
+		if ethernet {
+			g.Netdev = p.gidAttr(w, filepath.Join(portDir, "gid_attrs", "ndevs", e.Name()))
+		}
+		out = append(out, g)
+	}
+	slices.SortFunc(out, func(a, b GID) int { return a.Index - b.Index })
+	return out
+}
+
+// gidAttr reads a GID attribute. EINVAL and ENODATA are the kernel's way of
+// saying "no value" (no netdev on InfiniBand, a slot being torn down), so
+// they are silent.
+func (p *pass) gidAttr(w warner, path string) string {
+	s, err := p.read(path)
+	if errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENODATA) || errors.Is(err, fs.ErrNotExist) {
+		return ""
+	}
+	if err != nil {
+		w.add(path, err)
+		return ""
+	}
+	return s
+}
+
+// roceV2Index picks the RoCE v2 GID that carries an IP address: the lowest
+// IPv4-mapped one, else the lowest global IPv6 one, else -1.
+func roceV2Index(gids []GID) int {
+	v6 := -1
+	for _, g := range gids {
+		if g.Type != "RoCE v2" {
+			continue
+		}
+		a, _, err := parseGID(g.GID)
+		if err != nil {
+			continue
+		}
+		if a.Is4In6() {
+			return g.Index
+		}
+		if v6 < 0 && !a.IsLinkLocalUnicast() {
+			v6 = g.Index
+		}
+	}
+	return v6
+}
+
+// pci reads the PCI function behind an ibdev, or nil for software devices.
+func (p *pass) pci(w warner, ibdir string) *PCIInfo {
+	link := filepath.Join(ibdir, "device")
+	devDir, err := filepath.EvalSymlinks(link)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		w.add(link, err)
+		return nil
+	}
+	rel, err := filepath.Rel(p.root, devDir)
+	if err != nil || !strings.HasPrefix(rel, "devices"+string(filepath.Separator)+"pci") {
+		// A parent that is not PCI (platform or auxiliary bus): no PCI facts.
+		return nil
+	}
+	info := &PCIInfo{BusID: filepath.Base(devDir), NUMANode: -1}
+	info.PCIeRoot = strings.Split(rel, string(filepath.Separator))[1]
+
+	for _, f := range []struct {
+		file string
+		dst  *string
+	}{
+		{"vendor", &info.VendorID}, {"device", &info.DeviceID},
+		{"subsystem_vendor", &info.SubsystemVendor}, {"subsystem_device", &info.SubsystemDevice},
+	} {
+		path := filepath.Join(devDir, f.file)
+		if s, ok := p.readAttr(w, path); ok {
+			if v, err := parsePCIID(s); err != nil {
+				w.add(path, err)
+			} else {
+				*f.dst = v
+			}
+		}
+	}
+	numaPath := filepath.Join(devDir, "numa_node")
+	if s, ok := p.readAttr(w, numaPath); ok {
+		if n, err := parseNUMANode(s); err != nil {
+			w.add(numaPath, err)
+		} else {
+			info.NUMANode = n
+		}
+	}
+	if target, err := os.Readlink(filepath.Join(devDir, "driver")); err == nil {
+		info.Driver = filepath.Base(target)
+	}
+	if target, err := os.Readlink(filepath.Join(devDir, "physfn")); err == nil {
+		info.SRIOV = SRIOVVF
+		info.PFBusID = filepath.Base(target)
+	} else if s, err := p.read(filepath.Join(devDir, "sriov_totalvfs")); err == nil {
+		if total, err := strconv.Atoi(s); err == nil && total > 0 {
+			info.SRIOV = SRIOVPF
+		}
+		numPath := filepath.Join(devDir, "sriov_numvfs")
+		if s, ok := p.readAttr(w, numPath); ok {
+			if n, err := strconv.Atoi(s); err != nil || n < 0 {
+				w.add(numPath, fmt.Errorf("cannot parse %q: want a number", s))
+			} else {
+				info.NumVFs = n
+			}
+		}
+	}
+	return info
+}
+
+// judge decides whether an HCA can be handed to a container.
+func (p *pass) judge(h *HCA) {
+	switch {
+	case h.Uverbs == nil:
+		h.UnusableReason = "no uverbs device is bound to it (is ib_uverbs loaded?)"
+	case !h.Uverbs.Exists:
+		h.UnusableReason = fmt.Sprintf("%s is missing under %s", h.Uverbs.Path, p.d.devRoot)
+	case len(h.Ports) == 0:
+		h.UnusableReason = "it has no ports"
+	default:
+		h.Usable = true
+	}
+}
