@@ -1,0 +1,285 @@
+package v1alpha1
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+var typeMeta = metav1.TypeMeta{APIVersion: APIVersion, Kind: Kind}
+
+func TestDecode(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    *HcaConfig
+		wantErr string // substring; "" means success
+	}{
+		{
+			name: "both fields",
+			in:   `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","managementDevices":true,"env":false}`,
+			want: &HcaConfig{TypeMeta: typeMeta, ManagementDevices: ptr(true), Env: ptr(false)},
+		},
+		{
+			name: "no fields",
+			in:   `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig"}`,
+			want: &HcaConfig{TypeMeta: typeMeta},
+		},
+		{
+			name: "null leaves a field unset",
+			in:   ` {"kind":"HcaConfig","env":null,"apiVersion":"rdma.dra.dev/v1alpha1"} ` + "\n",
+			want: &HcaConfig{TypeMeta: typeMeta},
+		},
+		{
+			name: "escaped key is the same key",
+			in:   `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","\u0065nv":true}`,
+			want: &HcaConfig{TypeMeta: typeMeta, Env: ptr(true)},
+		},
+		{
+			name: "YAML",
+			in:   "# from a file\napiVersion: rdma.dra.dev/v1alpha1\nkind: HcaConfig\nmanagementDevices: true\nenv: false\n",
+			want: &HcaConfig{TypeMeta: typeMeta, ManagementDevices: ptr(true), Env: ptr(false)},
+		},
+		{
+			name: "YAML with a leading document marker",
+			in:   "---\napiVersion: rdma.dra.dev/v1alpha1\nkind: HcaConfig\nenv: yes\n---\n",
+			want: &HcaConfig{TypeMeta: typeMeta, Env: ptr(true)},
+		},
+		{
+			name:    "unknown field",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","managmentDevices":true}`,
+			wantErr: `HcaConfig: unknown field "managmentDevices"`,
+		},
+		{
+			name:    "field names are case-sensitive",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","Env":true}`,
+			wantErr: `unknown field "Env"`,
+		},
+		{
+			name:    "duplicate field",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","env":true,"env":false}`,
+			wantErr: `HcaConfig: duplicate field "env"`,
+		},
+		{
+			name:    "duplicate YAML key",
+			in:      "apiVersion: rdma.dra.dev/v1alpha1\nkind: HcaConfig\nenv: true\nenv: false\n",
+			wantErr: `key "env" already set`,
+		},
+		{
+			name:    "wrong kind",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"GpuConfig"}`,
+			wantErr: `kind: want "HcaConfig", got "GpuConfig"`,
+		},
+		{
+			name:    "kind checked before fields",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"GpuConfig","sharing":{}}`,
+			wantErr: `kind: want "HcaConfig", got "GpuConfig"`,
+		},
+		{
+			name:    "missing kind",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1"}`,
+			wantErr: `kind: missing; want "HcaConfig"`,
+		},
+		{
+			name:    "wrong apiVersion",
+			in:      `{"apiVersion":"rdma.dra.dev/v1","kind":"HcaConfig"}`,
+			wantErr: `apiVersion: want "rdma.dra.dev/v1alpha1", got "rdma.dra.dev/v1"`,
+		},
+		{
+			name:    "apiVersion not a string",
+			in:      `{"apiVersion":1,"kind":"HcaConfig"}`,
+			wantErr: `apiVersion: want a string, got 1`,
+		},
+		{
+			name:    "bad type",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","env":"yes"}`,
+			wantErr: `env: want a boolean, got "yes"`,
+		},
+		{
+			name:    "bad type, long value is cut",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","managementDevices":[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]}`,
+			wantErr: `managementDevices: want a boolean, got [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,…`,
+		},
+		{
+			name:    "empty object",
+			in:      `{}`,
+			wantErr: `apiVersion: missing; want "rdma.dra.dev/v1alpha1"`,
+		},
+		{
+			name:    "empty input",
+			in:      " \n",
+			wantErr: "HcaConfig: no parameters",
+		},
+		{
+			name:    "trailing data",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig"} {}`,
+			wantErr: "HcaConfig: unexpected data after the object",
+		},
+		{
+			name:    "trailing garbage",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig"}x`,
+			wantErr: "HcaConfig: unexpected data after the object",
+		},
+		{
+			name:    "truncated",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","env":tr`,
+			wantErr: "HcaConfig: invalid JSON",
+		},
+		{
+			name:    "unterminated object",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1"`,
+			wantErr: "HcaConfig: invalid JSON: unexpected end of input",
+		},
+		{
+			name:    "garbage JSON",
+			in:      `{"apiVersion" "x"}`,
+			wantErr: "HcaConfig: invalid JSON at byte",
+		},
+		{
+			name:    "garbage",
+			in:      "\x00\xff not a config",
+			wantErr: "HcaConfig: invalid YAML",
+		},
+		{
+			name:    "array",
+			in:      `[{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig"}]`,
+			wantErr: "HcaConfig: want a JSON object, got an array",
+		},
+		{
+			name:    "YAML scalar",
+			in:      "managementDevices",
+			wantErr: "HcaConfig: want a JSON object, got a string",
+		},
+		{
+			name:    "YAML comment only",
+			in:      "# nothing\n",
+			wantErr: "HcaConfig: want a JSON object, got null",
+		},
+		{
+			name:    "two YAML documents",
+			in:      "apiVersion: rdma.dra.dev/v1alpha1\nkind: HcaConfig\n---\napiVersion: rdma.dra.dev/v1alpha1\nkind: HcaConfig\nenv: false\n",
+			wantErr: "HcaConfig: more than one YAML document",
+		},
+		{
+			name:    "YAML bad type",
+			in:      "apiVersion: rdma.dra.dev/v1alpha1\nkind: HcaConfig\nenv: maybe\n",
+			wantErr: `env: want a boolean, got "maybe"`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Decode([]byte(tt.in))
+			if tt.wantErr != "" {
+				if err == nil {
+					t.Fatalf("Decode(%q) = %+v, want an error containing %q", tt.in, got, tt.wantErr)
+				}
+				if !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Decode(%q) error = %q, want it to contain %q", tt.in, err, tt.wantErr)
+				}
+				if got != nil {
+					t.Errorf("Decode(%q) returned %+v along with the error", tt.in, got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Decode(%q): %v", tt.in, err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Decode(%q) = %s, want %s", tt.in, show(got), show(tt.want))
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		c       *HcaConfig
+		wantErr string
+	}{
+		{"defaults", DefaultHcaConfig(), ""},
+		{"no fields", &HcaConfig{TypeMeta: typeMeta}, ""},
+		{"nil", nil, "HcaConfig: no config"},
+		{"no TypeMeta", &HcaConfig{Env: ptr(true)}, `apiVersion: missing; want "rdma.dra.dev/v1alpha1"`},
+		{"wrong kind", &HcaConfig{TypeMeta: metav1.TypeMeta{APIVersion: APIVersion, Kind: "Hca"}}, `kind: want "HcaConfig", got "Hca"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.c.Validate()
+			if tt.wantErr == "" && err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			if tt.wantErr != "" && (err == nil || err.Error() != tt.wantErr) {
+				t.Fatalf("Validate() = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestMerge(t *testing.T) {
+	cfg := func(mgmt, env *bool) *HcaConfig {
+		return &HcaConfig{TypeMeta: typeMeta, ManagementDevices: mgmt, Env: env}
+	}
+	tests := []struct {
+		name      string
+		chain     []*HcaConfig
+		wantMgmt  bool
+		wantEnv   bool
+		wantInput []*HcaConfig // the chain after Merge: unchanged
+	}{
+		{name: "defaults", wantMgmt: false, wantEnv: true},
+		{name: "nil config is skipped", chain: []*HcaConfig{nil}, wantMgmt: false, wantEnv: true},
+		{name: "class config applies", chain: []*HcaConfig{cfg(ptr(true), nil)}, wantMgmt: true, wantEnv: true},
+		{
+			name:     "claim config after class config wins",
+			chain:    []*HcaConfig{cfg(ptr(true), ptr(false)), cfg(ptr(false), ptr(true))},
+			wantMgmt: false, wantEnv: true,
+		},
+		{
+			name:     "nil field in the claim leaves the class value",
+			chain:    []*HcaConfig{cfg(ptr(true), ptr(false)), cfg(nil, nil)},
+			wantMgmt: true, wantEnv: false,
+		},
+		{
+			name:     "each field from the last config that sets it",
+			chain:    []*HcaConfig{cfg(ptr(true), nil), cfg(nil, ptr(false)), nil},
+			wantMgmt: true, wantEnv: false,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before, _ := json.Marshal(tt.chain)
+			got := Merge(tt.chain...)
+			if err := got.Validate(); err != nil {
+				t.Errorf("Merge result does not validate: %v", err)
+			}
+			if got.ManagementDevices == nil || got.Env == nil {
+				t.Fatalf("Merge left a field unset: %s", show(got))
+			}
+			if *got.ManagementDevices != tt.wantMgmt || *got.Env != tt.wantEnv {
+				t.Errorf("Merge = managementDevices %v env %v, want %v %v", *got.ManagementDevices, *got.Env, tt.wantMgmt, tt.wantEnv)
+			}
+			// The result must not alias an input.
+			*got.ManagementDevices, *got.Env = !*got.ManagementDevices, !*got.Env
+			if after, _ := json.Marshal(tt.chain); string(after) != string(before) {
+				t.Errorf("changing the Merge result changed its input: %s, was %s", after, before)
+			}
+		})
+	}
+}
+
+func TestDefaultHcaConfigIsFresh(t *testing.T) {
+	a := DefaultHcaConfig()
+	*a.Env = false
+	if b := DefaultHcaConfig(); !*b.Env {
+		t.Fatal("changing one DefaultHcaConfig result changed the next")
+	}
+}
+
+func show(c *HcaConfig) string {
+	b, _ := json.Marshal(c)
+	return string(b)
+}

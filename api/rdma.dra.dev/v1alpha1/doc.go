@@ -1,0 +1,23 @@
+// Package v1alpha1 is the configuration users hand the rdma.dra.dev driver
+// through a ResourceClaim's or DeviceClass's config[].opaque.parameters.
+//
+// Versioning promise: within v1alpha1, fields are only ever added, never
+// renamed, removed or given a new meaning, and an omitted field always means
+// its documented default, so a config that decodes today keeps decoding to
+// the same behaviour. Decoding stays strict (unknown or duplicate fields,
+// a wrong apiVersion or kind, and wrong types are errors) so that a typo
+// fails the claim's prepare with a message naming the field instead of
+// being silently ignored. A change that needs a different meaning gets a
+// new version, and the driver then decodes both.
+package v1alpha1
+
+const (
+	// GroupName is the API group, equal to the default driver name.
+	GroupName = "rdma.dra.dev"
+	// Version is this package's API version.
+	Version = "v1alpha1"
+	// Kind is the kind of the one object this version defines.
+	Kind = "HcaConfig"
+	// APIVersion is the apiVersion field a config must carry.
+	APIVersion = GroupName + "/" + Version
+)

@@ -1,0 +1,78 @@
+package checkpoint
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Checkpoint is the set of claims the driver has prepared.
+type Checkpoint struct {
+	// Claims by claim UID; each Claim's UID equals its key. Load and Update
+	// never hand out a nil map.
+	Claims map[string]Claim `json:"claims"`
+}
+
+// Claim is one prepared claim: everything Unprepare and the recovery after
+// a restart need, without asking the API server.
+type Claim struct {
+	UID       string `json:"uid"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// PodUIDs are the pods the claim was reserved for when prepared; for
+	// information and grouping only, it is not kept up to date.
+	PodUIDs []string `json:"podUIDs,omitempty"`
+	Devices []Device `json:"devices,omitempty"`
+	// BootID is the kernel's boot ID at prepare time. A different one
+	// means the node rebooted, so the claim's CDI spec (on tmpfs) is gone
+	// and must be rewritten.
+	BootID string `json:"bootID,omitempty"`
+	// PreparedAt is stored in UTC.
+	PreparedAt time.Time `json:"preparedAt"`
+}
+
+// Device is one allocated device of a claim, as prepared.
+type Device struct {
+	Request     string `json:"request"`           // request name, "request/subrequest" for a subrequest
+	Pool        string `json:"pool"`              // ResourceSlice pool
+	Device      string `json:"device"`            // DRA device name, e.g. mlx5-0
+	IBDev       string `json:"ibdev"`             // kernel name, e.g. mlx5_0
+	ShareID     string `json:"shareID,omitempty"` // empty unless the device is shared
+	AdminAccess bool   `json:"adminAccess,omitempty"`
+	// ManagementDevices and Env are the effective HcaConfig, kept so the
+	// spec can be rewritten after a reboot without the claim.
+	ManagementDevices bool     `json:"managementDevices,omitempty"`
+	Env               bool     `json:"env,omitempty"`
+	CDIDeviceIDs      []string `json:"cdiDeviceIDs,omitempty"`
+}
+
+// clone returns a deep copy, with a non-nil Claims map, so the Store's copy
+// and the callers' never share a map or slice.
+func (cp Checkpoint) clone() Checkpoint {
+	out := Checkpoint{Claims: make(map[string]Claim, len(cp.Claims))}
+	for uid, c := range cp.Claims {
+		c.PodUIDs = slices.Clone(c.PodUIDs)
+		c.Devices = slices.Clone(c.Devices)
+		for i := range c.Devices {
+			c.Devices[i].CDIDeviceIDs = slices.Clone(c.Devices[i].CDIDeviceIDs)
+		}
+		out.Claims[uid] = c
+	}
+	return out
+}
+
+// normalize makes cp what a Load of it will return: times in UTC without a
+// monotonic reading. It checks that every claim is under its own UID.
+func (cp *Checkpoint) normalize() error {
+	if cp.Claims == nil {
+		cp.Claims = map[string]Claim{}
+	}
+	for uid, c := range cp.Claims {
+		if uid == "" || c.UID != uid {
+			return fmt.Errorf("claim %s/%s is under key %q but has UID %q; they must be equal", c.Namespace, c.Name, uid, c.UID)
+		}
+		c.PreparedAt = c.PreparedAt.UTC()
+		cp.Claims[uid] = c
+	}
+	return nil
+}

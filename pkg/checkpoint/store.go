@@ -1,0 +1,291 @@
+package checkpoint
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Store reads and writes one checkpoint file. It is safe for concurrent use
+// and assumes it is the file's only writer: after the first successful
+// Load, Update or Save it serves the checkpoint from memory, so the prepare
+// path costs one write and no read.
+type Store struct {
+	path  string
+	fsync bool
+	now   func() time.Time // names quarantined files; tests set it
+
+	mu     sync.Mutex
+	loaded bool       // cur mirrors the file
+	cur    Checkpoint // owned by the Store: handed out only as clones
+	onDisk []byte     // the file's data bytes if they are known to be current
+}
+
+// Option changes how a Store works.
+type Option func(*Store)
+
+// WithoutFsync makes the Store skip fsync of the file and its directory.
+//
+// UNSAFE: after a crash or power loss the file may then be empty or old,
+// and prepared claims forgotten. It exists only for benchmarks measuring
+// the cost of a write without durability.
+func WithoutFsync() Option {
+	return func(s *Store) { s.fsync = false }
+}
+
+// NewStore returns a Store for the checkpoint file at path, such as
+// /var/lib/kubelet/plugins/rdma.dra.dev/checkpoint.json. It touches nothing
+// on disk. The directory must exist before the first Save, which does not
+// create it: a missing directory means a wrong path, better reported than
+// papered over.
+func NewStore(path string, opts ...Option) *Store {
+	s := &Store{path: path, fsync: true, now: time.Now}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Path is the checkpoint file's path.
+func (s *Store) Path() string { return s.path }
+
+// Load returns the checkpoint. A missing file is an empty checkpoint. The
+// file is read only until a read or write succeeds; after that the Store's
+// copy is returned. The result is the caller's own, with a non-nil Claims
+// map: changing it changes nothing in the Store.
+//
+// An unreadable file gives an error wrapping ErrCorrupt; a file of a newer
+// format version gives an error that does not (see the package doc).
+func (s *Store) Load() (Checkpoint, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.loadLocked(); err != nil {
+		return Checkpoint{}, err
+	}
+	return s.cur.clone(), nil
+}
+
+func (s *Store) loadLocked() error {
+	if s.loaded {
+		return nil
+	}
+	s.removeStaleTemps()
+	b, err := os.ReadFile(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		s.cur, s.onDisk, s.loaded = Checkpoint{Claims: map[string]Claim{}}, nil, true
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the checkpoint: %w", err)
+	}
+	cp, data, err := decodeFile(s.path, b)
+	if err != nil {
+		return err
+	}
+	s.cur, s.onDisk, s.loaded = cp, data, true
+	return nil
+}
+
+// removeStaleTemps removes temp files a crash in the middle of a Save left
+// behind. Best effort: a leftover only wastes space.
+func (s *Store) removeStaleTemps() {
+	matches, _ := filepath.Glob(s.tempPattern())
+	for _, m := range matches {
+		_ = os.Remove(m)
+	}
+}
+
+// tempPattern is the name of Save's temp files, hidden and specific to
+// this file so nothing else in the directory matches.
+func (s *Store) tempPattern() string {
+	return filepath.Join(filepath.Dir(s.path), "."+filepath.Base(s.path)+".tmp-*")
+}
+
+// Save replaces the file with cp, atomically: a reader, even after a crash,
+// finds the old or the new checkpoint, never a mix. It writes a temp file
+// in the same directory, fsyncs it, renames it over the file and fsyncs the
+// directory so the rename survives a power loss. On error the old file is
+// untouched (unless only the directory fsync failed) and no temp file is
+// left. Save keeps no reference to cp.
+func (s *Store) Save(cp Checkpoint) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.saveLocked(cp.clone(), false)
+}
+
+// saveLocked writes cp, which it takes ownership of. With unlessSame, it
+// skips the write when the data is what the file already holds.
+func (s *Store) saveLocked(cp Checkpoint, unlessSame bool) error {
+	if err := cp.normalize(); err != nil {
+		return fmt.Errorf("saving the checkpoint %s: %w", s.path, err)
+	}
+	data, err := encodeData(cp)
+	if err != nil {
+		return fmt.Errorf("saving the checkpoint %s: %w", s.path, err)
+	}
+	if unlessSame && s.loaded && s.onDisk != nil && bytes.Equal(data, s.onDisk) {
+		s.cur = cp
+		return nil
+	}
+	if err := s.writeFile(encodeFile(data)); err != nil {
+		// Whether the file changed is not certain: read it again next time.
+		s.loaded, s.cur, s.onDisk = false, Checkpoint{}, nil
+		return err
+	}
+	s.cur, s.onDisk, s.loaded = cp, data, true
+	return nil
+}
+
+func (s *Store) writeFile(b []byte) (err error) {
+	dir := filepath.Dir(s.path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(s.path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("saving the checkpoint %s: %w", s.path, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = f.Close() // a second Close only errors
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(b); err != nil {
+		return fmt.Errorf("saving the checkpoint %s: writing %s: %w", s.path, tmp, err)
+	}
+	if s.fsync {
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("saving the checkpoint %s: fsync of %s: %w", s.path, tmp, err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("saving the checkpoint %s: closing %s: %w", s.path, tmp, err)
+	}
+	if err := os.Rename(tmp, s.path); err != nil {
+		return fmt.Errorf("saving the checkpoint: %w", err)
+	}
+	if s.fsync {
+		if err := syncDir(dir); err != nil {
+			// Renamed already: the temp name is gone, the new file is in
+			// place but may not survive a power loss.
+			return fmt.Errorf("saving the checkpoint %s: %w", s.path, err)
+		}
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("fsync of directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync of directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Update applies fn to the checkpoint and saves the result, as one step
+// under the Store's lock, so concurrent Updates never lose each other's
+// changes. The file is read only on first use. fn works on a copy: if it
+// returns an error, or the save fails, nothing changes, and the error is
+// returned as is. fn must not keep cp after it returns. Nothing is written
+// when fn leaves the checkpoint as the file has it.
+func (s *Store) Update(fn func(cp *Checkpoint) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.loadLocked(); err != nil {
+		return err
+	}
+	cp := s.cur.clone()
+	if err := fn(&cp); err != nil {
+		return err
+	}
+	return s.saveLocked(cp, true)
+}
+
+// Quarantine renames the checkpoint file aside to <path>.corrupt-<UTC time>
+// for a human to inspect, and returns the new path. It never deletes or
+// overwrites a file: if the name is taken, a counter is appended. After it,
+// the Store holds an empty checkpoint.
+func (s *Store) Quarantine() (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	base := s.path + ".corrupt-" + s.now().UTC().Format("20060102T150405Z")
+	target := base
+	for i := 1; ; i++ {
+		_, err := os.Lstat(target)
+		if errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if err != nil {
+			return "", fmt.Errorf("moving the checkpoint aside: %w", err)
+		}
+		if i > 1000 {
+			return "", fmt.Errorf("moving the checkpoint aside: %s.1 to .1000 all exist", base)
+		}
+		target = fmt.Sprintf("%s.%d", base, i)
+	}
+	if err := os.Rename(s.path, target); err != nil {
+		return "", fmt.Errorf("moving the checkpoint aside: %w", err)
+	}
+	s.cur, s.onDisk, s.loaded = Checkpoint{Claims: map[string]Claim{}}, nil, true
+	if s.fsync {
+		if err := syncDir(filepath.Dir(s.path)); err != nil {
+			return target, fmt.Errorf("moved the checkpoint aside to %s, but: %w", target, err)
+		}
+	}
+	return target, nil
+}
+
+// bootIDPath is where Linux publishes the boot ID.
+const bootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// BootID returns the kernel's boot ID, a UUID that changes on every boot.
+func BootID() (string, error) { return BootIDFrom(bootIDPath) }
+
+// BootIDFrom reads a boot ID from path, for tests and for hosts whose /proc
+// is mounted elsewhere.
+func BootIDFrom(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading the boot ID: %w", err)
+	}
+	id := strings.TrimSpace(string(b))
+	if !isUUID(id) {
+		return "", fmt.Errorf("%s: %q is not a boot ID; want a UUID such as 5b1f0a3c-8f0e-4c55-9d8e-0c1f2a3b4c5d", path, shortened(id))
+	}
+	return id, nil
+}
+
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, r := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if r != '-' {
+				return false
+			}
+		default:
+			if !strings.ContainsRune("0123456789abcdefABCDEF", r) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func shortened(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
