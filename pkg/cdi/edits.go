@@ -1,0 +1,252 @@
+package cdi
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+)
+
+const (
+	// ContainerDevDir is where RDMA device nodes appear in a container:
+	// libibverbs and librdmacm open them there, whatever the host layout.
+	ContainerDevDir = "/dev/infiniband"
+	// DefaultHostDevRoot is the host's /dev as the runtime sees it.
+	DefaultHostDevRoot = "/dev"
+
+	// nodeMode is the container node's mode. The device cgroup rule the
+	// runtime adds decides which nodes a container may open, so the node
+	// itself is open to every user in the container.
+	nodeMode os.FileMode = 0o666
+	// nodeAccess is the device cgroup access: read and write, no mknod.
+	nodeAccess = "rw"
+	// rdmaCMName is fixed: librdmacm opens /dev/infiniband/rdma_cm by name.
+	rdmaCMName = "rdma_cm"
+)
+
+// Variables set when EditOptions.Env is on.
+const (
+	// EnvDevicePrefix + the sanitized ibdev name is the per-HCA variable.
+	EnvDevicePrefix = "RDMA_DEVICE_"
+	EnvDevices      = "RDMA_DEVICES"
+	EnvNCCLHCA      = "NCCL_IB_HCA"
+	EnvNCCLGIDIndex = "NCCL_IB_GID_INDEX"
+	EnvUCXDevices   = "UCX_NET_DEVICES"
+)
+
+// EditOptions says what the edits of an HCA include.
+type EditOptions struct {
+	// ManagementDevices also exposes the HCA's MAD devices (umadN, issmN),
+	// which let a container run subnet-management and diagnostic tools.
+	// CommonEdits ignores it.
+	ManagementDevices bool
+	// Env sets the environment hints described at DeviceEdits and
+	// CommonEdits.
+	Env bool
+	// HostDevRoot is the absolute path of the host's /dev as the runtime
+	// sees it: DefaultHostDevRoot when empty, or a simulated node's dev
+	// root such as /tmp/node/dev. Only host paths use it; container paths
+	// are always ContainerDevDir/<name>.
+	HostDevRoot string
+}
+
+func (o EditOptions) hostDevRoot() string {
+	if o.HostDevRoot == "" {
+		return DefaultHostDevRoot
+	}
+	return filepath.Clean(o.HostDevRoot)
+}
+
+// DeviceEdits returns what one HCA adds to a container: its uverbs node,
+// plus its MAD nodes when opts.ManagementDevices is set. Each node is
+// ContainerDevDir/<name> in the container and <HostDevRoot>/infiniband/<name>
+// on the host, a character device with the major and minor numbers
+// discovery read from sysfs, mode 0666 and device cgroup access "rw". Nodes
+// are sorted by path.
+//
+// With opts.Env it also sets RDMA_DEVICE_<IBDEV>=/dev/infiniband/uverbsN,
+// IBDEV being the ibdev name upper-cased with every character other than a
+// letter or digit turned into "_" (mlx5_0 gives RDMA_DEVICE_MLX5_0). An
+// ibdev name is unique on a node, so this variable never clashes between
+// claims.
+//
+// It fails, naming the HCA, when the HCA has no uverbs device, when a node
+// has no device number or a name that is not a plain file name, or when
+// HostDevRoot is relative. Whether an HCA is usable at all (hca.HCA.Usable)
+// is the caller's decision.
+func DeviceEdits(h hca.HCA, opts EditOptions) (cdispec.ContainerEdits, error) {
+	root := opts.hostDevRoot()
+	if !filepath.IsAbs(root) {
+		return cdispec.ContainerEdits{}, fmt.Errorf("HCA %s: host dev root %q is not an absolute path", h.Name, opts.HostDevRoot)
+	}
+	if h.Uverbs == nil {
+		return cdispec.ContainerEdits{}, fmt.Errorf("HCA %s has no uverbs device (is ib_uverbs loaded?)", h.Name)
+	}
+	chars := []hca.CharDevice{*h.Uverbs}
+	if opts.ManagementDevices {
+		chars = append(chars, h.MAD...)
+	}
+	var edits cdispec.ContainerEdits
+	for _, c := range chars {
+		if err := checkCharDevice(c); err != nil {
+			return cdispec.ContainerEdits{}, fmt.Errorf("HCA %s: %w", h.Name, err)
+		}
+		edits.DeviceNodes = append(edits.DeviceNodes, deviceNode(c.Name, c, root))
+	}
+	slices.SortFunc(edits.DeviceNodes, func(a, b *cdispec.DeviceNode) int { return strings.Compare(a.Path, b.Path) })
+	if opts.Env {
+		edits.Env = []string{DeviceEnvName(h.Name) + "=" + ContainerDevDir + "/" + h.Uverbs.Name}
+	}
+	return edits, nil
+}
+
+// DeviceEnvName is the name of the per-HCA variable of ibdev.
+func DeviceEnvName(ibdev string) string {
+	b := []byte(strings.ToUpper(ibdev))
+	for i, c := range b {
+		if !('A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			b[i] = '_'
+		}
+	}
+	return EnvDevicePrefix + string(b)
+}
+
+// CommonEdits returns the edits every device of a claim shares, to be the
+// spec-level edits of the claim's spec file: the rdma_cm node (when rdmaCM
+// is not nil; same node attributes as at DeviceEdits) and, with opts.Env,
+// these aggregate hints over group, sorted by name:
+//
+//	NCCL_IB_GID_INDEX=3                 see below
+//	NCCL_IB_HCA==mlx5_0,mlx5_1          "=" is NCCL's exact-match prefix: without it mlx5_1 also selects mlx5_10
+//	RDMA_DEVICES=mlx5_0,mlx5_1          ibdev names, sorted, deduplicated
+//	UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1   the group's ACTIVE ports; every port when none is active
+//
+// NCCL_IB_GID_INDEX is set only when every HCA of group is RoCE and every
+// port listed in UCX_NET_DEVICES has the same RoCE v2 GID index (>= 0);
+// otherwise NCCL's own GID selection is better than a wrong guess.
+//
+// group is the set of HCAs the container will see, which is the union over
+// all claims the container uses. The runtime keeps the last value of a
+// variable, so claims used together must be given the same group. An empty
+// group sets no aggregate variables. opts.ManagementDevices is ignored.
+//
+// CommonEdits cannot fail; an rdmaCM without a device number is caught by
+// SpecDir.WriteClaim.
+func CommonEdits(rdmaCM *hca.CharDevice, group []hca.HCA, opts EditOptions) cdispec.ContainerEdits {
+	var edits cdispec.ContainerEdits
+	if rdmaCM != nil {
+		edits.DeviceNodes = []*cdispec.DeviceNode{deviceNode(rdmaCMName, *rdmaCM, opts.hostDevRoot())}
+	}
+	if opts.Env {
+		edits.Env = aggregateEnv(group)
+	}
+	return edits
+}
+
+// aggregateEnv computes CommonEdits' variables, sorted by name.
+func aggregateEnv(group []hca.HCA) []string {
+	byName := map[string]hca.HCA{}
+	for _, h := range group {
+		byName[h.Name] = h
+	}
+	if len(byName) == 0 {
+		return nil
+	}
+	names := slices.Sorted(maps.Keys(byName))
+
+	// The ports UCX (and NCCL) should use.
+	var active, all []hcaPort
+	for _, n := range names {
+		for _, p := range byName[n].Ports {
+			all = append(all, hcaPort{n, p})
+			if p.Active() {
+				active = append(active, hcaPort{n, p})
+			}
+		}
+	}
+	ports := active
+	if len(ports) == 0 {
+		ports = all
+	}
+
+	list := strings.Join(names, ",")
+	env := map[string]string{
+		EnvDevices: list,
+		EnvNCCLHCA: "=" + list,
+	}
+	if len(ports) > 0 {
+		ucx := make([]string, len(ports))
+		for i, p := range ports {
+			ucx[i] = p.name + ":" + strconv.Itoa(p.p.Number)
+		}
+		env[EnvUCXDevices] = strings.Join(ucx, ",")
+	}
+
+	if gid, ok := commonGIDIndex(names, byName, ports); ok {
+		env[EnvNCCLGIDIndex] = strconv.Itoa(gid)
+	}
+
+	out := make([]string, 0, len(env))
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, k+"="+env[k])
+	}
+	return out
+}
+
+// hcaPort is a port and the name of its HCA.
+type hcaPort struct {
+	name string
+	p    hca.Port
+}
+
+// commonGIDIndex is the RoCE v2 GID index every port agrees on, if all the
+// HCAs are RoCE and there is one.
+func commonGIDIndex(names []string, byName map[string]hca.HCA, ports []hcaPort) (int, bool) {
+	if len(ports) == 0 {
+		return 0, false
+	}
+	for _, n := range names {
+		if byName[n].Transport() != hca.TransportRoCE {
+			return 0, false
+		}
+	}
+	gid := ports[0].p.RoCEv2GIDIndex
+	for _, p := range ports {
+		if p.p.RoCEv2GIDIndex != gid {
+			return 0, false
+		}
+	}
+	return gid, gid >= 0
+}
+
+// checkCharDevice rejects what would make a wrong or host-dependent node.
+func checkCharDevice(c hca.CharDevice) error {
+	if c.Name == "" || c.Name == "." || c.Name == ".." || strings.ContainsAny(c.Name, "/\x00") {
+		return fmt.Errorf("device node name %q is not a file name", c.Name)
+	}
+	if c.Major == 0 {
+		return fmt.Errorf("device %s has no device number (major 0)", c.Name)
+	}
+	return nil
+}
+
+// deviceNode is the fully specified CDI node of c, named name.
+func deviceNode(name string, c hca.CharDevice, root string) *cdispec.DeviceNode {
+	mode := nodeMode
+	return &cdispec.DeviceNode{
+		Path:        ContainerDevDir + "/" + name,
+		HostPath:    filepath.Join(root, "infiniband", name),
+		Type:        "c",
+		Major:       int64(c.Major),
+		Minor:       int64(c.Minor),
+		FileMode:    &mode,
+		Permissions: nodeAccess,
+	}
+}

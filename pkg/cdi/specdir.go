@@ -1,0 +1,312 @@
+package cdi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+)
+
+const (
+	// specExt is the extension of the files WriteClaim writes: they are
+	// JSON, which the CDI library (a YAML 1.2 parser) reads.
+	specExt = ".json"
+	// legacyExt is the CDI library's other extension. Files of ours with
+	// it are still found and removed, so that a claim never has two files
+	// (the runtime would drop the devices they both define).
+	legacyExt = ".yaml"
+	// tmpExt ends temporary files: the CDI cache and its watcher ignore
+	// anything not ending in .json or .yaml.
+	tmpExt   = ".tmp"
+	fileMode = 0o644
+	dirMode  = 0o755
+)
+
+// specPrefix starts the name of every per-claim spec file of ours; the
+// claim UID follows it.
+var specPrefix = cdiapi.GenerateTransientSpecName(Vendor, Class, "")
+
+// SpecDir is a CDI spec directory holding one transient spec file per
+// claim, named cdi.GenerateTransientSpecName(Vendor, Class, claimUID) +
+// ".json".
+//
+// Files hold CDI version cdispec.MinimumRequiredVersion of their content,
+// which for the edits of this package is 0.5.0 (device nodes with hostPath,
+// and device names that start with a digit, as claim UIDs do): the lowest
+// version that carries them, so runtimes with older CDI libraries read
+// them too.
+//
+// A SpecDir holds no state besides its path: it is safe for concurrent use,
+// and several SpecDirs on one directory do not interfere. Concurrent writes
+// of one claim leave one of the versions, whole.
+type SpecDir struct {
+	dir string
+}
+
+// NewSpecDir returns a SpecDir for dir; "" means the CDI library's dynamic
+// directory, /var/run/cdi. It touches nothing on disk.
+func NewSpecDir(dir string) *SpecDir {
+	if dir == "" {
+		dir = cdiapi.DefaultDynamicDir
+	}
+	return &SpecDir{dir: filepath.Clean(dir)}
+}
+
+// Dir is the directory's path.
+func (d *SpecDir) Dir() string { return d.dir }
+
+// Path is the path of claimUID's spec file, whether or not it exists.
+func (d *SpecDir) Path(claimUID string) string {
+	return filepath.Join(d.dir, cdiapi.GenerateTransientSpecName(Vendor, Class, claimUID)+specExt)
+}
+
+// ClaimDevice is one CDI device of a claim's spec file.
+type ClaimDevice struct {
+	// Name is the device name, built with DeviceName.
+	Name string
+	// Edits are what the device adds to a container, from DeviceEdits.
+	// They must not be empty.
+	Edits cdispec.ContainerEdits
+}
+
+// WriteClaim writes claimUID's spec file: common as the spec-level edits
+// (applied once when any device of the claim is injected) and devices,
+// sorted by name. Rewriting a claim replaces its file, so WriteClaim is
+// idempotent. The directory is created if missing: /var/run is a tmpfs
+// that a reboot empties, and runtimes do not create it.
+//
+// Before the file becomes visible it is loaded back with the CDI library's
+// own reader (cdi.ReadSpec: parsing, version, vendor, class, names, edits),
+// so a runtime can load whatever WriteClaim accepts. WriteClaim also
+// refuses what the library lets through but would go wrong later: no
+// devices, duplicate names, relative device paths, character or block nodes
+// without a major number (the runtime would stat the host node).
+//
+// The write is atomic and durable: a temporary file in the same directory,
+// fsync, rename, fsync of the directory. The library's Cache.WriteSpec is
+// not used because it does neither fsync and creates files 0600; files here
+// are 0644. A failed write leaves no temporary file and the old file, if
+// any, in place.
+func (d *SpecDir) WriteClaim(claimUID string, common cdispec.ContainerEdits, devices []ClaimDevice) error {
+	if err := checkClaimUID(claimUID); err != nil {
+		return err
+	}
+	path := d.Path(claimUID)
+	spec, err := buildSpec(common, devices)
+	if err != nil {
+		return fmt.Errorf("CDI spec %s for claim %s: %w", path, claimUID, err)
+	}
+	data, err := marshalSpec(spec)
+	if err != nil {
+		return fmt.Errorf("CDI spec %s for claim %s: %w", path, claimUID, err)
+	}
+	if err := os.MkdirAll(d.dir, dirMode); err != nil {
+		return fmt.Errorf("CDI spec dir: %w", err)
+	}
+	if err := writeAtomic(path, data); err != nil {
+		return fmt.Errorf("CDI spec for claim %s: %w", claimUID, err)
+	}
+	legacy := strings.TrimSuffix(path, specExt) + legacyExt
+	if err := os.Remove(legacy); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("CDI spec for claim %s: removing the old %s: %w", claimUID, legacy, err)
+	}
+	return syncDir(d.dir)
+}
+
+// RemoveClaim removes claimUID's spec file, and any temporary file a crash
+// left behind for it. A missing file or directory is success.
+func (d *SpecDir) RemoveClaim(claimUID string) error {
+	if err := checkClaimUID(claimUID); err != nil {
+		return err
+	}
+	base := filepath.Base(d.Path(claimUID))
+	names := []string{base, strings.TrimSuffix(base, specExt) + legacyExt}
+	entries, err := os.ReadDir(d.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("CDI spec dir: %w", err)
+	}
+	for _, e := range entries {
+		if n := e.Name(); strings.HasPrefix(n, "."+base+".") && strings.HasSuffix(n, tmpExt) {
+			names = append(names, n)
+		}
+	}
+	removed := false
+	for _, n := range names {
+		err := os.Remove(filepath.Join(d.dir, n))
+		switch {
+		case err == nil:
+			removed = true
+		case !errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("removing CDI spec of claim %s: %w", claimUID, err)
+		}
+	}
+	if !removed {
+		return nil
+	}
+	return syncDir(d.dir)
+}
+
+// ClaimUIDs returns the UIDs of the claims that have a spec file in the
+// directory, sorted: files named like WriteClaim's (or the same name
+// ending in .yaml). The name carries our vendor and class, so other
+// vendors' specs, which the driver must never touch, are not listed; files
+// are not opened. A missing directory has no claims.
+func (d *SpecDir) ClaimUIDs() ([]string, error) {
+	entries, err := os.ReadDir(d.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("CDI spec dir: %w", err)
+	}
+	var uids []string
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		uid, ok := strings.CutPrefix(e.Name(), specPrefix)
+		if !ok {
+			continue
+		}
+		if u, ok := strings.CutSuffix(uid, specExt); ok {
+			uid = u
+		} else if u, ok := strings.CutSuffix(uid, legacyExt); ok {
+			uid = u
+		} else {
+			continue
+		}
+		if uid != "" {
+			uids = append(uids, uid)
+		}
+	}
+	slices.Sort(uids)
+	return slices.Compact(uids), nil
+}
+
+// checkClaimUID refuses UIDs that would not come back from ClaimUIDs as
+// they went in (GenerateTransientSpecName turns "/" into "_").
+func checkClaimUID(uid string) error {
+	if uid == "" || strings.ContainsAny(uid, "/\x00") {
+		return fmt.Errorf("invalid claim UID %q for a CDI spec file name", uid)
+	}
+	return nil
+}
+
+// buildSpec assembles a claim's spec without touching the callers' slices.
+func buildSpec(common cdispec.ContainerEdits, devices []ClaimDevice) (*cdispec.Spec, error) {
+	if len(devices) == 0 {
+		return nil, errors.New("no devices")
+	}
+	spec := &cdispec.Spec{Kind: Kind, ContainerEdits: common}
+	if err := checkEdits(common); err != nil {
+		return nil, fmt.Errorf("spec-level edits: %w", err)
+	}
+	sorted := slices.Clone(devices)
+	slices.SortFunc(sorted, func(a, b ClaimDevice) int { return strings.Compare(a.Name, b.Name) })
+	for i, dev := range sorted {
+		if i > 0 && sorted[i-1].Name == dev.Name {
+			return nil, fmt.Errorf("device %q given twice", dev.Name)
+		}
+		if err := checkEdits(dev.Edits); err != nil {
+			return nil, fmt.Errorf("device %q: %w", dev.Name, err)
+		}
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: dev.Name, ContainerEdits: dev.Edits})
+	}
+	v, err := cdispec.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, err
+	}
+	spec.Version = v
+	return spec, nil
+}
+
+// checkEdits catches what the CDI library accepts but resolves at
+// container creation from the host, or not at all.
+func checkEdits(e cdispec.ContainerEdits) error {
+	for _, n := range e.DeviceNodes {
+		if n == nil {
+			return errors.New("nil device node")
+		}
+		if !filepath.IsAbs(n.Path) || (n.HostPath != "" && !filepath.IsAbs(n.HostPath)) {
+			return fmt.Errorf("device node %q (host %q): paths must be absolute", n.Path, n.HostPath)
+		}
+		if (n.Type == "c" || n.Type == "b") && n.Major == 0 {
+			return fmt.Errorf("device node %s has no device number (major 0)", n.Path)
+		}
+	}
+	return nil
+}
+
+// marshalSpec encodes a spec as indented JSON, with "<>&" left alone.
+func marshalSpec(spec *cdispec.Spec) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(spec); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// writeAtomic puts data at path, after checking the CDI library loads it.
+func writeAtomic(path string, data []byte) (err error) {
+	dir, base := filepath.Split(path)
+	f, err := os.CreateTemp(dir, "."+base+".*"+tmpExt)
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return fmt.Errorf("writing %s: %w", tmp, err)
+	}
+	if err = f.Chmod(fileMode); err != nil {
+		return fmt.Errorf("chmod %s: %w", tmp, err)
+	}
+	if err = f.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", tmp, err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("closing %s: %w", tmp, err)
+	}
+	if _, err = cdiapi.ReadSpec(tmp, 0); err != nil {
+		return fmt.Errorf("spec for %s rejected by the CDI library: %w", path, err)
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return nil
+}
+
+// syncDir makes a rename or removal in dir durable.
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("fsync CDI spec dir: %w", err)
+	}
+	defer f.Close()
+	// Some filesystems cannot sync a directory; their renames are then as
+	// durable as they get.
+	if err := f.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOTSUP) {
+		return fmt.Errorf("fsync CDI spec dir %s: %w", dir, err)
+	}
+	return nil
+}
