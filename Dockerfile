@@ -1,0 +1,15 @@
+# Multi-stage build of the node daemon and rdmactl: static binaries on a
+# distroless base. Build with `make image` where a Docker engine runs.
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/...
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/ /usr/bin/
+# The daemon needs root on the node (kubelet sockets, /dev, CDI dir); the
+# Helm chart sets runAsUser 0 and drops every capability it does not need.
+USER 0
+ENTRYPOINT ["/usr/bin/rdma-dra-driver"]

@@ -1,0 +1,58 @@
+# rdma-dra-driver: the two newcomer commands are `make demo` and `make test`.
+GO        ?= go
+BIN       ?= bin
+IMAGE     ?= ghcr.io/rdma-dra/rdma-dra-driver:dev
+FUZZTIME  ?= 20s
+STATICCHECK_VERSION ?= v0.8.2
+
+# Simulated nodes are thousands of small files: on a disk-backed /tmp each
+# create costs about 1 ms here, on tmpfs microseconds. Tests use tmpfs when
+# there is one.
+ifneq ($(wildcard /dev/shm/.),)
+export TMPDIR ?= /dev/shm
+endif
+
+.PHONY: all build test test-unit demo bench fuzz lint image clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+# Unit tests of the main module, with the race detector.
+test: test-unit
+
+test-unit:
+	$(GO) test -race -count=1 ./...
+
+# Until the in-process cluster lands, the demo simulates a DGX H100 node and
+# shows what the driver discovers and would publish.
+demo: build
+	BIN=$(BIN) ./demo/run.sh
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Runs every fuzz target for $(FUZZTIME) each (go test takes one -fuzz target at a time).
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
+	  for t in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/^func //'); do \
+	    echo "== $$pkg $$t"; \
+	    $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	@if $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -version >/dev/null 2>&1; then \
+	  $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...; \
+	else echo "staticcheck $(STATICCHECK_VERSION) could not be installed from the module proxy; skipped"; fi
+
+# Needs a Docker engine (there is none on the development machines).
+image:
+	docker build -t $(IMAGE) .
+
+clean:
+	rm -rf $(BIN)

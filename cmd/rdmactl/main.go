@@ -1,0 +1,198 @@
+// Command rdmactl inspects a node's RDMA devices the way the driver sees
+// them, and writes simulated nodes for tests and demos.
+//
+//	rdmactl simulate --preset dgx-h100 --root /tmp/node
+//	rdmactl discover --sysfs-root /tmp/node/sys --dev-root /tmp/node/dev -o table|json|yaml
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/slices"
+)
+
+const usage = `rdmactl: inspect RDMA devices as the rdma.dra.dev driver sees them.
+
+Commands:
+  discover   list the node's HCAs (-o table), or print the ResourceSlice the driver would publish (-o json|yaml)
+  simulate   write a simulated RDMA node (sysfs and /dev) under a directory
+
+Run "rdmactl <command> -h" for a command's flags.
+`
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "rdmactl:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	switch args[0] {
+	case "discover":
+		return discover(args[1:], stdout, stderr)
+	case "simulate":
+		return simulate(args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func simulate(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	preset := fs.String("preset", "dgx-h100", "node preset: "+strings.Join(hcatest.PresetNames(), ", "))
+	root := fs.String("root", "", "directory to write sys/ and dev/ under (required)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *root == "" {
+		return errors.New("simulate: --root is required")
+	}
+	spec, err := hcatest.Preset(*preset)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(*root, 0o755); err != nil {
+		return err
+	}
+	node, err := hcatest.Build(*root, spec)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "simulated node %q (%d HCAs): --sysfs-root %s --dev-root %s\n",
+		*preset, len(spec.HCAs), node.SysfsRoot, node.DevRoot)
+	return nil
+}
+
+func discover(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("discover", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	sysfsRoot := fs.String("sysfs-root", "/sys", "sysfs to read")
+	devRoot := fs.String("dev-root", "/dev", "where device nodes live")
+	output := fs.String("o", "table", "output: table, json or yaml")
+	nodeName := fs.String("node-name", "", "node name for the ResourceSlice (default: this host's name)")
+	driverName := fs.String("driver-name", "rdma.dra.dev", "DRA driver name (attribute domain)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	inv, err := hca.Discover(hca.WithSysfsRoot(*sysfsRoot), hca.WithDevRoot(*devRoot))
+	if err != nil {
+		return err
+	}
+	for _, w := range inv.Warnings {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
+	for _, h := range inv.HCAs {
+		for _, w := range h.Warnings {
+			fmt.Fprintf(stderr, "warning: %s: %s\n", h.Name, w)
+		}
+	}
+	switch *output {
+	case "table":
+		return printTable(stdout, inv)
+	case "json", "yaml":
+		name := *nodeName
+		if name == "" {
+			if name, err = os.Hostname(); err != nil {
+				return err
+			}
+		}
+		return printSlices(stdout, *output, slices.ResourceSlices(name, inv, slices.Options{DriverName: *driverName}))
+	}
+	return fmt.Errorf("unknown output %q: want table, json or yaml", *output)
+}
+
+func printTable(w io.Writer, inv hca.Inventory) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tIBDEV\tMODEL\tLINK\tRATE\tSTATE\tNUMA\tPCIE-ROOT\tNETDEV\tUVERBS")
+	var unusable []string
+	for _, h := range inv.HCAs {
+		if !h.Usable {
+			unusable = append(unusable, fmt.Sprintf("%s: not usable: %s", h.Name, h.UnusableReason))
+		}
+		link, rate, state := "-", "-", "-"
+		if len(h.Ports) > 0 {
+			p := h.Ports[0]
+			link, state = orDash(string(p.LinkLayer)), orDash(p.State)
+			if p.RateGbps > 0 {
+				rate = fmt.Sprintf("%g Gb/s", p.RateGbps)
+			}
+		}
+		numa, root := "-", "-"
+		if h.PCI != nil {
+			if h.PCI.NUMANode >= 0 {
+				numa = fmt.Sprint(h.PCI.NUMANode)
+			}
+			root = orDash(h.PCI.PCIeRoot)
+		}
+		netdev := "-"
+		if len(h.Netdevs) > 0 {
+			netdev = strings.Join(h.Netdevs, ",")
+		}
+		uverbs := "-"
+		if h.Uverbs != nil {
+			uverbs = h.Uverbs.Name
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", slices.DeviceName(h.Name), h.Name,
+			orDash(h.Model), link, rate, state, numa, root, netdev, uverbs)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(inv.HCAs) == 0 {
+		fmt.Fprintln(w, "no RDMA devices found")
+	}
+	for _, u := range unusable {
+		fmt.Fprintln(w, u)
+	}
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// printSlices prints one ResourceSlice as itself and several as a List, as
+// kubectl does.
+func printSlices(w io.Writer, format string, rs []resourceapi.ResourceSlice) error {
+	var obj any = map[string]any{"apiVersion": "v1", "kind": "List", "items": rs}
+	if len(rs) == 1 {
+		obj = rs[0]
+	}
+	var b []byte
+	var err error
+	if format == "json" {
+		b, err = json.MarshalIndent(obj, "", "  ")
+		b = append(b, '\n')
+	} else {
+		b, err = yaml.Marshal(obj)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
