@@ -1,0 +1,284 @@
+// Command rdma-dra-driver is the node daemon: it discovers the node's RDMA
+// HCAs, publishes them as ResourceSlices and serves the kubelet's DRA gRPC.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/featuregate"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register"
+	"k8s.io/component-base/metrics"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/driver"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+)
+
+type options struct {
+	nodeName            string
+	kubeconfig          string
+	driverName          string
+	sysfsRoot           string
+	devRoot             string
+	cdiRoot             string
+	kubeletRootDir      string
+	stateDir            string
+	allowNonHostNetwork bool
+	rescanInterval      time.Duration
+	metricsAddress      string
+	healthzAddress      string
+	kubeAPIQPS          float32
+	kubeAPIBurst        int
+	podUID              string
+	bootIDFile          string
+	logging             *logsapi.LoggingConfiguration
+}
+
+func (o *options) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.nodeName, "node-name", "", "name of this node (required; NODE_NAME)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster config when empty")
+	fs.StringVar(&o.driverName, "driver-name", "rdma.dra.dev", "DRA driver name, also the attribute domain")
+	fs.StringVar(&o.sysfsRoot, "sysfs-root", "/sys", "sysfs to discover HCAs from")
+	fs.StringVar(&o.devRoot, "dev-root", "/dev", "directory holding infiniband/ device nodes, as the container runtime sees it")
+	fs.StringVar(&o.cdiRoot, "cdi-root", "/var/run/cdi", "directory for per-claim CDI specs")
+	fs.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root; plugins_registry, plugins/<driver> and device-plugins are under it")
+	fs.StringVar(&o.stateDir, "state-dir", "", "where the checkpoint lives (default <kubelet-root-dir>/plugins/<driver>); must be on disk, not tmpfs")
+	fs.BoolVar(&o.allowNonHostNetwork, "allow-non-host-network", false, "let pods without hostNetwork use RDMA")
+	fs.DurationVar(&o.rescanInterval, "rescan-interval", 10*time.Second, "rediscovery period")
+	fs.StringVar(&o.metricsAddress, "metrics-address", ":9464", "address of the /metrics endpoint; empty disables it")
+	fs.StringVar(&o.healthzAddress, "healthz-address", ":9465", "address of /healthz and /readyz; empty disables them")
+	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 50, "API server queries per second (the helper GETs every claim it prepares)")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "API server burst")
+	fs.StringVar(&o.podUID, "pod-uid", "", "this daemon's pod UID (POD_UID); enables the helper's rolling-update mode")
+	fs.StringVar(&o.bootIDFile, "boot-id-file", "/proc/sys/kernel/random/boot_id", "file holding the boot ID")
+}
+
+// envOverrides lets each flag be set from its environment variable
+// (--node-name from NODE_NAME), the way DaemonSets pass values. A flag
+// given on the command line wins.
+func envOverrides(fs *pflag.FlagSet, lookup func(string) (string, bool)) error {
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			return
+		}
+		env := strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := lookup(env); ok && v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("environment variable %s: %w", env, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func main() {
+	o := &options{logging: logsapi.NewLoggingConfiguration()}
+	fs := pflag.NewFlagSet("rdma-dra-driver", pflag.ContinueOnError)
+	o.addFlags(fs)
+	logsapi.AddFlags(o.logging, fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
+	if err := run(o, fs); err != nil {
+		klog.Background().Error(err, "rdma-dra-driver failed")
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
+	klog.Flush()
+}
+
+func run(o *options, fs *pflag.FlagSet) error {
+	own := pflag.NewFlagSet("", pflag.ContinueOnError)
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Name != "v" && !strings.HasPrefix(f.Name, "log") && f.Name != "vmodule" {
+			own.AddFlag(f)
+		}
+	})
+	if err := envOverrides(own, os.LookupEnv); err != nil {
+		return err
+	}
+	gate := featuregate.NewFeatureGate()
+	if err := logsapi.AddFeatureGates(gate); err != nil {
+		return err
+	}
+	if err := logsapi.ValidateAndApply(o.logging, gate); err != nil {
+		return err
+	}
+	defer logs.FlushLogs()
+	if o.nodeName == "" {
+		return errors.New("--node-name (NODE_NAME) is required")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	logger := klog.Background().WithValues("node", o.nodeName, "driver", o.driverName)
+	ctx = klog.NewContext(ctx, logger)
+
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = o.kubeAPIQPS, o.kubeAPIBurst
+	cfg.UserAgent = "rdma-dra-driver/" + o.nodeName
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+
+	pluginDir := filepath.Join(o.kubeletRootDir, "plugins", o.driverName)
+	registryDir := filepath.Join(o.kubeletRootDir, "plugins_registry")
+	stateDir := o.stateDir
+	if stateDir == "" {
+		stateDir = pluginDir
+	}
+	for _, dir := range []string{pluginDir, registryDir, stateDir, o.cdiRoot} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return err
+		}
+	}
+	bootID, err := checkpoint.BootIDFrom(o.bootIDFile)
+	if err != nil {
+		return fmt.Errorf("reading the boot ID: %w", err)
+	}
+
+	var pods *driver.PodInformer
+	if !o.allowNonHostNetwork {
+		pods = driver.NewPodInformer(client, o.nodeName)
+		if err := pods.Start(ctx); err != nil {
+			return err
+		}
+	}
+	m := driver.NewMetrics()
+	deps := driver.Deps{
+		Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(o.sysfsRoot), hca.WithDevRoot(o.devRoot)),
+		SpecDir:    cdi.NewSpecDir(o.cdiRoot),
+		Checkpoint: checkpoint.NewStore(filepath.Join(stateDir, "checkpoint.json")),
+		BootID:     bootID,
+		Metrics:    m,
+	}
+	if pods != nil {
+		deps.Pods = pods
+	}
+	d, err := driver.New(ctx, driver.Config{
+		DriverName:          o.driverName,
+		NodeName:            o.nodeName,
+		HostDevRoot:         o.devRoot,
+		AllowNonHostNetwork: o.allowNonHostNetwork,
+		RescanInterval:      o.rescanInterval,
+	}, deps)
+	if err != nil {
+		return err
+	}
+
+	helperOpts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(o.driverName),
+		kubeletplugin.NodeName(o.nodeName),
+		kubeletplugin.KubeClient(client),
+		kubeletplugin.PluginDataDirectoryPath(pluginDir),
+		kubeletplugin.RegistrarDirectoryPath(registryDir),
+	}
+	if o.podUID != "" {
+		helperOpts = append(helperOpts, kubeletplugin.RollingUpdate(types.UID(o.podUID)))
+	}
+	helperOpts = append(helperOpts, kubeletplugin.PluginSocket(draSocketName(o.podUID)))
+	helper, err := kubeletplugin.Start(ctx, d, helperOpts...)
+	if err != nil {
+		return fmt.Errorf("starting the kubelet plugin: %w", err)
+	}
+	// Stop the helper first on the way out: it stops taking calls and
+	// drains the ones in flight before the process ends.
+	defer helper.Stop()
+	if err := d.SetPublisher(ctx, helper); err != nil {
+		return err
+	}
+
+	servers := startHTTP(ctx, o, m, helper, pluginDir)
+	defer func() {
+		for _, s := range servers {
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = s.Shutdown(shutdownCtx)
+			cancel()
+		}
+	}()
+
+	logger.Info("Driver started", "pluginDir", pluginDir, "cdiRoot", o.cdiRoot, "state", stateDir)
+	d.Run(ctx)
+	logger.Info("Shutting down", "cause", context.Cause(ctx))
+	return nil
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		return rest.InClusterConfig()
+	}
+	return clientcmd.BuildConfigFromFlags("", kubeconfig)
+}
+
+func startHTTP(ctx context.Context, o *options, m *driver.Metrics, helper *kubeletplugin.Helper, pluginDir string) []*http.Server {
+	logger := klog.FromContext(ctx)
+	var servers []*http.Server
+	serve := func(addr string, mux *http.ServeMux) {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			logger.Error(err, "Cannot listen", "address", addr)
+			return
+		}
+		s := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		servers = append(servers, s)
+		go func() { _ = s.Serve(l) }()
+		logger.Info("Serving HTTP", "address", l.Addr().String())
+	}
+	if o.metricsAddress != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", metrics.HandlerFor(m.Registry, metrics.HandlerOpts{}))
+		serve(o.metricsAddress, mux)
+	}
+	if o.healthzAddress != "" {
+		check := &socketCheck{
+			registrationSocket: filepath.Join(o.kubeletRootDir, "plugins_registry", o.driverName+"-reg.sock"),
+			draSocket:          filepath.Join(pluginDir, draSocketName(o.podUID)),
+			helper:             helper,
+		}
+		if o.podUID != "" {
+			dir := filepath.Join(o.kubeletRootDir, "plugins_registry")
+			check.registrationSocket = filepath.Join(dir, kubeletplugin.RollingUpdateRegistrarSocketFile(dir, o.driverName, types.UID(o.podUID)))
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/healthz", check.serveHealthz)
+		mux.HandleFunc("/readyz", check.serveReadyz)
+		serve(o.healthzAddress, mux)
+	}
+	return servers
+}
+
+// draSocketName is set explicitly so the health check dials the socket the
+// helper listens on; in rolling-update mode each instance has its own.
+func draSocketName(podUID string) string {
+	if podUID == "" {
+		return "dra.sock"
+	}
+	return "dra-" + podUID + ".sock"
+}

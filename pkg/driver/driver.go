@@ -1,0 +1,195 @@
+// Package driver is the DRA kubelet plugin of rdma.dra.dev: it publishes the
+// node's HCAs and prepares claims for the kubelet.
+//
+// Two paths, kept apart on purpose:
+//   - slow (publish.go): discovery walks sysfs and the result is published as
+//     ResourceSlices, at start and on every rescan;
+//   - hot (prepare.go): PrepareResourceClaims and UnprepareResourceClaims run
+//     while pods wait to start. They read the inventory from memory, pods from
+//     an informer cache, and touch the disk only to write the claim's CDI spec
+//     and one checkpoint update per call. No sysfs walk, no API call.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	gosort "slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/slices"
+)
+
+// Inventory is where HCAs come from: *hca.Discoverer on a node.
+type Inventory interface {
+	Discover() (hca.Inventory, error)
+}
+
+// Publisher publishes ResourceSlices: *kubeletplugin.Helper.
+type Publisher interface {
+	PublishResources(ctx context.Context, resources resourceslice.DriverResources) error
+}
+
+// PodGetter finds the pods a claim is reserved for (for the hostNetwork
+// policy). It should serve from an informer; see NewPodInformer.
+type PodGetter interface {
+	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+}
+
+// Config is what the daemon's flags decide.
+type Config struct {
+	DriverName string
+	NodeName   string
+	// HostDevRoot is where the container runtime finds device nodes (the
+	// host's /dev, or a simulated node's dev directory).
+	HostDevRoot string
+	// AllowNonHostNetwork lets pods without hostNetwork use RDMA (the seed's
+	// "Enable RDMA for non-hostNetwork").
+	AllowNonHostNetwork bool
+	// RescanInterval is the safety-net period of rediscovery.
+	RescanInterval time.Duration
+}
+
+// Driver implements kubeletplugin.DRAPlugin.
+type Driver struct {
+	cfg     Config
+	source  Inventory
+	pods    PodGetter
+	specs   *cdi.SpecDir
+	store   *checkpoint.Store
+	bootID  string
+	metrics *Metrics
+
+	mu        sync.Mutex // guards the fields below
+	inv       hca.Inventory
+	byDevice  map[string]hca.HCA // usable HCAs by DRA device name
+	publisher Publisher
+	published *resourceslice.DriverResources
+	backoff   time.Duration // of the next republish after a refused one
+
+	retryCh chan struct{}
+}
+
+var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+
+// Deps are the driver's collaborators; tests pass simulated ones.
+type Deps struct {
+	Inventory  Inventory
+	Pods       PodGetter // may be nil when AllowNonHostNetwork is set
+	SpecDir    *cdi.SpecDir
+	Checkpoint *checkpoint.Store
+	BootID     string
+	Metrics    *Metrics // nil: a private registry
+}
+
+// New recovers the driver's state and takes the first inventory.
+//
+// Recovery, in order: a corrupt checkpoint is moved aside (with a warning)
+// and the driver starts empty rather than crash-looping; CDI specs of claims
+// the checkpoint does not know are removed (a crash between writing the spec
+// and the checkpoint leaves one); the specs of known claims are rewritten,
+// because /var/run/cdi is a tmpfs that a reboot empties while the kubelet
+// still considers the claims prepared.
+func New(ctx context.Context, cfg Config, deps Deps) (*Driver, error) {
+	logger := klog.FromContext(ctx)
+	if cfg.DriverName == "" || cfg.NodeName == "" {
+		return nil, errors.New("driver name and node name are required")
+	}
+	if cfg.HostDevRoot == "" {
+		cfg.HostDevRoot = "/dev"
+	}
+	if !cfg.AllowNonHostNetwork && deps.Pods == nil {
+		return nil, errors.New("a pod lookup is required to enforce the hostNetwork policy")
+	}
+	d := &Driver{
+		cfg:     cfg,
+		source:  deps.Inventory,
+		pods:    deps.Pods,
+		specs:   deps.SpecDir,
+		store:   deps.Checkpoint,
+		bootID:  deps.BootID,
+		metrics: deps.Metrics,
+		retryCh: make(chan struct{}, 1),
+	}
+	if d.metrics == nil {
+		d.metrics = NewMetrics()
+	}
+	if _, err := d.store.Load(); errors.Is(err, checkpoint.ErrCorrupt) {
+		moved, qerr := d.store.Quarantine()
+		if qerr != nil {
+			return nil, fmt.Errorf("%v; moving it aside failed too: %w", err, qerr)
+		}
+		logger.Error(err, "Checkpoint is corrupt; moved it aside and starting with no prepared claims", "movedTo", moved)
+		d.metrics.backgroundErrors.WithLabelValues("checkpoint").Inc()
+	} else if err != nil {
+		return nil, err
+	}
+	if _, err := d.rescan(ctx); err != nil {
+		return nil, err
+	}
+	if err := d.recoverSpecs(ctx); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// recoverSpecs removes CDI specs of unknown claims and rewrites known ones.
+func (d *Driver) recoverSpecs(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	cp, err := d.store.Load()
+	if err != nil {
+		return err
+	}
+	uids, err := d.specs.ClaimUIDs()
+	if err != nil {
+		return fmt.Errorf("listing CDI specs: %w", err)
+	}
+	for _, uid := range uids {
+		if _, ok := cp.Claims[uid]; ok {
+			continue
+		}
+		if err := d.specs.RemoveClaim(uid); err != nil {
+			return fmt.Errorf("removing stale CDI spec of claim %s: %w", uid, err)
+		}
+		logger.Info("Removed CDI spec of a claim that is not prepared", "claimUID", uid)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	all := gosort.Collect(maps.Values(cp.Claims))
+	for _, uid := range sortedKeys(cp.Claims) {
+		claim := cp.Claims[uid]
+		if err := d.writeSpecLocked(claim, d.groupLocked(claim, all)); err != nil {
+			// Keep the checkpoint entry: unprepare must still work.
+			logger.Error(err, "Cannot rewrite the CDI spec of a prepared claim", "claim", claim.Namespace+"/"+claim.Name, "claimUID", uid)
+			d.metrics.backgroundErrors.WithLabelValues("cdi").Inc()
+		}
+	}
+	return nil
+}
+
+// SetPublisher hands the driver the helper once it is started, and
+// publishes the current inventory.
+func (d *Driver) SetPublisher(ctx context.Context, p Publisher) error {
+	d.mu.Lock()
+	d.publisher = p
+	d.published = nil
+	d.mu.Unlock()
+	return d.publish(ctx)
+}
+
+// deviceName is the DRA device name of an HCA.
+func deviceName(h hca.HCA) string { return slices.DeviceName(h.Name) }
+
+func sortedKeys[V any](m map[string]V) []string {
+	return gosort.Sorted(maps.Keys(m))
+}

@@ -1,0 +1,714 @@
+package driver_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/driver"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
+)
+
+const (
+	driverName = "rdma.dra.dev"
+	nodeName   = "dgx01"
+	bootA      = "0f3b2c4d-1111-4a5b-8c9d-0123456789ab"
+	bootB      = "7e6d5c4b-2222-4a5b-8c9d-ba9876543210"
+)
+
+// env is one node: a simulated dgx-h100, a fake API server and the driver
+// serving its real sockets.
+type env struct {
+	t           testing.TB
+	node        *hcatest.Node
+	client      *fake.Clientset
+	cdiDir      string
+	stateDir    string
+	pluginDir   string
+	registryDir string
+	bootID      string
+	allowNonHN  bool
+	storeOpts   []checkpoint.Option
+
+	drv    *driver.Driver
+	helper *kubeletplugin.Helper
+	cancel context.CancelFunc
+	conn   *grpc.ClientConn
+	dra    drapb.DRAPluginClient
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	spec, err := hcatest.Preset("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	node, err := hcatest.Build(filepath.Join(dir, "node"), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{
+		t:           t,
+		node:        node,
+		client:      fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}}),
+		cdiDir:      filepath.Join(dir, "cdi"),
+		stateDir:    filepath.Join(dir, "state"),
+		pluginDir:   filepath.Join(dir, "plugins", driverName),
+		registryDir: filepath.Join(dir, "plugins_registry"),
+		bootID:      bootA,
+	}
+	for _, d := range []string{e.cdiDir, e.stateDir, e.pluginDir, e.registryDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(e.stop)
+	return e
+}
+
+type podGetter struct{ client *fake.Clientset }
+
+func (p podGetter) GetPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	return p.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (e *env) checkpointPath() string { return filepath.Join(e.stateDir, "checkpoint.json") }
+
+// start runs a driver instance on the env's directories.
+func (e *env) start() {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	drv, err := driver.New(ctx, driver.Config{
+		DriverName: driverName, NodeName: nodeName, HostDevRoot: e.node.DevRoot,
+		AllowNonHostNetwork: e.allowNonHN, RescanInterval: time.Hour,
+	}, driver.Deps{
+		Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(e.node.SysfsRoot), hca.WithDevRoot(e.node.DevRoot), hca.WithReadFile(e.node.ReadFile)),
+		Pods:       podGetter{e.client},
+		SpecDir:    cdi.NewSpecDir(e.cdiDir),
+		Checkpoint: checkpoint.NewStore(e.checkpointPath(), e.storeOpts...),
+		BootID:     e.bootID,
+	})
+	if err != nil {
+		e.t.Fatalf("starting the driver: %v", err)
+	}
+	helper, err := kubeletplugin.Start(ctx, drv,
+		kubeletplugin.DriverName(driverName), kubeletplugin.NodeName(nodeName), kubeletplugin.KubeClient(e.client),
+		kubeletplugin.PluginDataDirectoryPath(e.pluginDir), kubeletplugin.RegistrarDirectoryPath(e.registryDir))
+	if err != nil {
+		e.t.Fatalf("starting the helper: %v", err)
+	}
+	if err := drv.SetPublisher(ctx, helper); err != nil {
+		e.t.Fatal(err)
+	}
+	e.drv, e.helper = drv, helper
+	conn, err := grpc.NewClient("unix://"+filepath.Join(e.pluginDir, "dra.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.conn, e.dra = conn, drapb.NewDRAPluginClient(conn)
+}
+
+// stop ends the instance the way a SIGKILL would leave the disk: nothing
+// is flushed beyond what each call already made durable.
+func (e *env) stop() {
+	if e.helper == nil {
+		return
+	}
+	e.conn.Close()
+	e.helper.Stop()
+	e.cancel()
+	e.helper, e.drv = nil, nil
+}
+
+func (e *env) restart() {
+	e.stop()
+	e.start()
+}
+
+func hostNetworkPod(name string, hostNetwork bool) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("pod-" + name)},
+		Spec:       corev1.PodSpec{NodeName: nodeName, HostNetwork: hostNetwork},
+	}
+}
+
+type allocated struct {
+	request, device string
+	admin           bool
+}
+
+// claim creates an allocated claim reserved for pod, with optional opaque
+// configs (JSON) from the claim.
+func (e *env) claim(name string, pod *corev1.Pod, devices []allocated, configs ...string) *resourceapi.ResourceClaim {
+	e.t.Helper()
+	c := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
+	}
+	alloc := &resourceapi.AllocationResult{}
+	for _, d := range devices {
+		r := resourceapi.DeviceRequestAllocationResult{Request: d.request, Driver: driverName, Pool: nodeName, Device: d.device}
+		if d.admin {
+			r.AdminAccess = new(bool)
+			*r.AdminAccess = true
+		}
+		alloc.Devices.Results = append(alloc.Devices.Results, r)
+	}
+	for _, cfg := range configs {
+		alloc.Devices.Config = append(alloc.Devices.Config, resourceapi.DeviceAllocationConfiguration{
+			Source: resourceapi.AllocationConfigSourceClaim,
+			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+				Driver: driverName, Parameters: runtime.RawExtension{Raw: []byte(cfg)},
+			}},
+		})
+	}
+	c.Status.Allocation = alloc
+	if pod != nil {
+		if _, err := e.client.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{}); err != nil {
+			if _, err := e.client.CoreV1().Pods(pod.Namespace).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+		c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
+	}
+	if _, err := e.client.ResourceV1().ResourceClaims(c.Namespace).Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+func one(device string) []allocated { return []allocated{{request: "hca", device: device}} }
+
+func ref(c *resourceapi.ResourceClaim) *drapb.Claim {
+	return &drapb.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)}
+}
+
+// prepare calls NodePrepareResources over the socket and returns each
+// claim's CDI IDs or error.
+func (e *env) prepare(claims ...*resourceapi.ResourceClaim) map[string]*drapb.NodePrepareResourceResponse {
+	e.t.Helper()
+	req := &drapb.NodePrepareResourcesRequest{}
+	for _, c := range claims {
+		req.Claims = append(req.Claims, ref(c))
+	}
+	resp, err := e.dra.NodePrepareResources(context.Background(), req)
+	if err != nil {
+		e.t.Fatalf("NodePrepareResources: %v", err)
+	}
+	return resp.Claims
+}
+
+func (e *env) mustPrepare(c *resourceapi.ResourceClaim) []string {
+	e.t.Helper()
+	r := e.prepare(c)[string(c.UID)]
+	if r.Error != "" {
+		e.t.Fatalf("preparing %s: %s", c.Name, r.Error)
+	}
+	var ids []string
+	for _, d := range r.Devices {
+		ids = append(ids, d.CdiDeviceIds...)
+	}
+	return ids
+}
+
+func (e *env) unprepare(claims ...*drapb.Claim) map[string]*drapb.NodeUnprepareResourceResponse {
+	e.t.Helper()
+	resp, err := e.dra.NodeUnprepareResources(context.Background(), &drapb.NodeUnprepareResourcesRequest{Claims: claims})
+	if err != nil {
+		e.t.Fatalf("NodeUnprepareResources: %v", err)
+	}
+	return resp.Claims
+}
+
+// container injects CDI devices into an OCI spec with the CDI library, as
+// containerd does, reading the spec files from disk.
+func (e *env) container(ids ...string) *oci.Spec {
+	e.t.Helper()
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(e.cdiDir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		e.t.Fatalf("loading CDI specs: %v", err)
+	}
+	spec := &oci.Spec{Process: &oci.Process{Env: []string{"PATH=/bin"}}, Linux: &oci.Linux{}}
+	if unresolved, err := cache.InjectDevices(spec, ids...); err != nil {
+		e.t.Fatalf("injecting %v (unresolved %v): %v", ids, unresolved, err)
+	}
+	return spec
+}
+
+func devicesOf(s *oci.Spec) []string {
+	var out []string
+	for _, d := range s.Linux.Devices {
+		out = append(out, fmt.Sprintf("%s %s %d:%d", d.Path, d.Type, d.Major, d.Minor))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func envOf(s *oci.Spec, prefix ...string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range s.Process.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		for _, p := range prefix {
+			if strings.HasPrefix(k, p) {
+				out[k] = v
+			}
+		}
+	}
+	return out
+}
+
+var hintVars = []string{"RDMA_", "NCCL_", "UCX_"}
+
+func TestRegistrationAndPublishedSlice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(e.registryDir, driverName+"-reg.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	reg := registerapi.NewRegistrationClient(conn)
+	info, err := reg.GetInfo(context.Background(), &registerapi.InfoRequest{})
+	if err != nil {
+		t.Fatalf("GetInfo: %v", err)
+	}
+	if info.Type != registerapi.DRAPlugin || info.Name != driverName || info.Endpoint != filepath.Join(e.pluginDir, "dra.sock") {
+		t.Errorf("GetInfo = %+v", info)
+	}
+	if _, err := reg.NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.helper.RegistrationStatus(); st == nil || !st.PluginRegistered {
+		t.Errorf("helper registration status = %v", st)
+	}
+
+	var sl []resourceapi.ResourceSlice
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		list, err := e.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sl = list.Items; len(sl) > 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(sl) != 1 {
+		t.Fatalf("got %d ResourceSlices, want 1", len(sl))
+	}
+	s := sl[0].Spec
+	var names []string
+	for _, d := range s.Devices {
+		names = append(names, d.Name)
+	}
+	want := []string{"mlx5-0", "mlx5-1", "mlx5-2", "mlx5-3", "mlx5-4", "mlx5-5", "mlx5-6", "mlx5-7", "mlx5-8", "mlx5-9"}
+	if s.Driver != driverName || s.NodeName == nil || *s.NodeName != nodeName || s.Pool.Name != nodeName || !slices.Equal(names, want) {
+		t.Errorf("slice driver=%s node=%v pool=%s devices=%v", s.Driver, s.NodeName, s.Pool.Name, names)
+	}
+}
+
+func TestPrepareExposesOnlyTheClaimsHCA(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start()
+	c := e.claim("one", hostNetworkPod("p1", true), one("mlx5-3"))
+	ids := e.mustPrepare(c)
+	if want := []string{"rdma.dra.dev/hca=uid-one-mlx5-3"}; !slices.Equal(ids, want) {
+		t.Fatalf("CDI IDs = %v, want %v", ids, want)
+	}
+	s := e.container(ids...)
+	wantDevs := []string{"/dev/infiniband/rdma_cm c 10:58", "/dev/infiniband/uverbs3 c 231:195"}
+	if got := devicesOf(s); !slices.Equal(got, wantDevs) {
+		t.Errorf("container devices = %v, want %v", got, wantDevs)
+	}
+	wantEnv := map[string]string{
+		"RDMA_DEVICES":       "mlx5_3",
+		"RDMA_DEVICE_MLX5_3": "/dev/infiniband/uverbs3",
+		"NCCL_IB_HCA":        "=mlx5_3",
+		"UCX_NET_DEVICES":    "mlx5_3:1",
+	}
+	if diff := cmp.Diff(wantEnv, envOf(s, hintVars...)); diff != "" {
+		t.Errorf("container env (-want +got):\n%s", diff)
+	}
+	for _, d := range s.Linux.Devices {
+		if d.Path == "/dev/infiniband/uverbs3" {
+			host := filepath.Join(e.node.DevRoot, "infiniband", "uverbs3")
+			if _, err := os.Stat(host); err != nil {
+				t.Errorf("host node %s: %v", host, err)
+			}
+		}
+	}
+}
+
+func TestPrepareIsIdempotent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start()
+	c := e.claim("idem", hostNetworkPod("p1", true), one("mlx5-0"))
+	first := e.mustPrepare(c)
+	spec := filepath.Join(e.cdiDir, cdiapi.GenerateTransientSpecName(cdi.Vendor, cdi.Class, string(c.UID))+".json")
+	before, err := os.ReadFile(spec)
+	if err != nil {
+		t.Fatalf("spec file: %v", err)
+	}
+	if err := os.Remove(spec); err != nil { // as if /var/run/cdi were emptied
+		t.Fatal(err)
+	}
+	second := e.mustPrepare(c)
+	if !slices.Equal(first, second) {
+		t.Errorf("second prepare = %v, first %v", second, first)
+	}
+	after, err := os.ReadFile(spec)
+	if err != nil {
+		t.Fatalf("prepare did not rewrite the missing spec: %v", err)
+	}
+	if string(before) != string(after) {
+		t.Errorf("rewritten spec differs:\n%s\n---\n%s", before, after)
+	}
+	uids, _ := cdi.NewSpecDir(e.cdiDir).ClaimUIDs()
+	if !slices.Equal(uids, []string{string(c.UID)}) {
+		t.Errorf("spec files for claims %v, want just %s", uids, c.UID)
+	}
+}
+
+func TestDoubleAllocationRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start()
+	a := e.claim("a", hostNetworkPod("pa", true), one("mlx5-1"))
+	e.mustPrepare(a)
+	b := e.claim("b", hostNetworkPod("pb", true), one("mlx5-1"))
+	r := e.prepare(b)[string(b.UID)]
+	if !strings.Contains(r.Error, "device mlx5-1 (mlx5_1) is already prepared for claim default/a") {
+		t.Errorf("second claim on mlx5-1: error %q", r.Error)
+	}
+	if uids, _ := cdi.NewSpecDir(e.cdiDir).ClaimUIDs(); slices.Contains(uids, string(b.UID)) {
+		t.Error("the refused claim got a CDI spec")
+	}
+	// Two admin-access claims may watch the same HCA.
+	x := e.claim("x", hostNetworkPod("px", true), []allocated{{request: "hca", device: "mlx5-2", admin: true}})
+	y := e.claim("y", hostNetworkPod("py", true), []allocated{{request: "hca", device: "mlx5-2", admin: true}})
+	e.mustPrepare(x)
+	e.mustPrepare(y)
+	// After unprepare, the HCA is free again.
+	e.unprepare(ref(a))
+	e.mustPrepare(b)
+}
+
+func TestOpaqueConfig(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		config   string
+		wantErr  string
+		wantDevs []string
+		wantEnv  map[string]string
+	}{
+		{
+			name:    "typo in a field",
+			config:  `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","managmentDevices":true}`,
+			wantErr: `unknown field "managmentDevices"`,
+		},
+		{
+			name:    "wrong kind",
+			config:  `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"GpuConfig"}`,
+			wantErr: `kind: want "HcaConfig", got "GpuConfig"`,
+		},
+		{
+			name:     "management devices",
+			config:   `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","managementDevices":true}`,
+			wantDevs: []string{"/dev/infiniband/issm0 c 231:64", "/dev/infiniband/rdma_cm c 10:58", "/dev/infiniband/umad0 c 231:0", "/dev/infiniband/uverbs0 c 231:192"},
+			wantEnv:  map[string]string{"RDMA_DEVICES": "mlx5_0", "RDMA_DEVICE_MLX5_0": "/dev/infiniband/uverbs0", "NCCL_IB_HCA": "=mlx5_0", "UCX_NET_DEVICES": "mlx5_0:1"},
+		},
+		{
+			name:     "no env",
+			config:   `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","env":false}`,
+			wantDevs: []string{"/dev/infiniband/rdma_cm c 10:58", "/dev/infiniband/uverbs0 c 231:192"},
+			wantEnv:  map[string]string{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.start()
+			c := e.claim("cfg", hostNetworkPod("p", true), one("mlx5-0"), tt.config)
+			r := e.prepare(c)[string(c.UID)]
+			if tt.wantErr != "" {
+				if !strings.Contains(r.Error, tt.wantErr) || !strings.Contains(r.Error, "config[0]") {
+					t.Fatalf("error %q, want one naming config[0] and containing %q", r.Error, tt.wantErr)
+				}
+				return
+			}
+			if r.Error != "" {
+				t.Fatal(r.Error)
+			}
+			s := e.container(r.Devices[0].CdiDeviceIds...)
+			if got := devicesOf(s); !slices.Equal(got, tt.wantDevs) {
+				t.Errorf("devices = %v, want %v", got, tt.wantDevs)
+			}
+			if diff := cmp.Diff(tt.wantEnv, envOf(s, hintVars...)); diff != "" {
+				t.Errorf("env (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHostNetworkPolicy(t *testing.T) {
+	t.Parallel()
+	for _, allow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("allow=%v", allow), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.allowNonHN = allow
+			e.start()
+			c := e.claim("podnet", hostNetworkPod("podnet", false), one("mlx5-0"))
+			r := e.prepare(c)[string(c.UID)]
+			if allow {
+				if r.Error != "" {
+					t.Errorf("allowed non-hostNetwork pod refused: %s", r.Error)
+				}
+				return
+			}
+			for _, want := range []string{"pod default/podnet does not use hostNetwork", "--allow-non-host-network", "allowNonHostNetwork"} {
+				if !strings.Contains(r.Error, want) {
+					t.Errorf("error %q does not contain %q", r.Error, want)
+				}
+			}
+			if uids, _ := cdi.NewSpecDir(e.cdiDir).ClaimUIDs(); len(uids) != 0 {
+				t.Errorf("refused claim left CDI specs %v", uids)
+			}
+			hn := e.claim("hostnet", hostNetworkPod("hostnet", true), one("mlx5-1"))
+			e.mustPrepare(hn)
+		})
+	}
+}
+
+func TestVanishedDevice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start()
+	if err := e.node.RemoveHCA("mlx5_5"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.drv.Rescan(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c := e.claim("gone", hostNetworkPod("p", true), one("mlx5-5"))
+	r := e.prepare(c)[string(c.UID)]
+	if !strings.Contains(r.Error, "device mlx5-5 is no longer on node dgx01") {
+		t.Errorf("error %q", r.Error)
+	}
+	unknown := e.claim("unknown", hostNetworkPod("p2", true), one("mlx5-42"))
+	if r := e.prepare(unknown)[string(unknown.UID)]; !strings.Contains(r.Error, "mlx5-42") {
+		t.Errorf("error %q does not name the device", r.Error)
+	}
+}
+
+// TestTwoClaimsOneContainer: a container with two claims sees both HCAs in
+// every aggregate variable, whichever CDI device the runtime applies last.
+func TestTwoClaimsOneContainer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start()
+	pod := hostNetworkPod("both", true)
+	a := e.claim("a", pod, one("mlx5-0"))
+	b := e.claim("b", pod, one("mlx5-7"))
+	resp := e.prepare(a, b)
+	var ids []string
+	for _, c := range []*resourceapi.ResourceClaim{b, a} {
+		r := resp[string(c.UID)]
+		if r.Error != "" {
+			t.Fatal(r.Error)
+		}
+		ids = append(ids, r.Devices[0].CdiDeviceIds...)
+	}
+	for _, order := range [][]string{ids, {ids[1], ids[0]}} {
+		s := e.container(order...)
+		want := map[string]string{
+			"RDMA_DEVICES": "mlx5_0,mlx5_7", "NCCL_IB_HCA": "=mlx5_0,mlx5_7", "UCX_NET_DEVICES": "mlx5_0:1,mlx5_7:1",
+			"RDMA_DEVICE_MLX5_0": "/dev/infiniband/uverbs0", "RDMA_DEVICE_MLX5_7": "/dev/infiniband/uverbs7",
+		}
+		if diff := cmp.Diff(want, envOf(s, hintVars...)); diff != "" {
+			t.Errorf("env with order %v (-want +got):\n%s", order, diff)
+		}
+		wantDevs := []string{"/dev/infiniband/rdma_cm c 10:58", "/dev/infiniband/uverbs0 c 231:192", "/dev/infiniband/uverbs7 c 231:199"}
+		if got := devicesOf(s); !slices.Equal(got, wantDevs) {
+			t.Errorf("devices = %v, want %v", got, wantDevs)
+		}
+	}
+}
+
+// TestRestartUnpreparesDeletedClaim: a new driver on the same directories
+// unprepares a claim the old one prepared, after the claim was deleted.
+func TestRestartUnpreparesDeletedClaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start()
+	c := e.claim("r", hostNetworkPod("p", true), one("mlx5-4"))
+	e.mustPrepare(c)
+	e.stop()
+	if err := e.client.ResourceV1().ResourceClaims("default").Delete(context.Background(), c.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	if r := e.unprepare(ref(c))[string(c.UID)]; r.Error != "" {
+		t.Fatalf("unprepare after restart: %s", r.Error)
+	}
+	if entries, _ := os.ReadDir(e.cdiDir); len(entries) != 0 {
+		t.Errorf("CDI dir not empty after unprepare: %v", entries)
+	}
+	cp, err := checkpoint.NewStore(e.checkpointPath()).Load()
+	if err != nil || len(cp.Claims) != 0 {
+		t.Errorf("checkpoint after unprepare: %v claims, err %v", len(cp.Claims), err)
+	}
+	// Unknown claims are success: the kubelet retries.
+	if r := e.unprepare(ref(c))[string(c.UID)]; r.Error != "" {
+		t.Errorf("second unprepare: %s", r.Error)
+	}
+}
+
+// TestReboot: /var/run/cdi is emptied and the boot ID changes; the driver
+// rewrites the specs of prepared claims at start, and prepare works again.
+func TestReboot(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start()
+	c := e.claim("boot", hostNetworkPod("p", true), one("mlx5-6"))
+	ids := e.mustPrepare(c)
+	e.stop()
+	entries, _ := os.ReadDir(e.cdiDir)
+	for _, en := range entries {
+		os.Remove(filepath.Join(e.cdiDir, en.Name()))
+	}
+	e.bootID = bootB
+	e.start()
+	// The kubelet may start containers of claims it already prepared.
+	s := e.container(ids...)
+	if got := devicesOf(s); !slices.Contains(got, "/dev/infiniband/uverbs6 c 231:198") {
+		t.Errorf("after reboot the spec was not restored: devices %v", got)
+	}
+	if got := e.mustPrepare(c); !slices.Equal(got, ids) {
+		t.Errorf("prepare after reboot = %v, want %v", got, ids)
+	}
+	cp, err := checkpoint.NewStore(e.checkpointPath()).Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cp.Claims[string(c.UID)].BootID; got != bootB {
+		t.Errorf("checkpoint boot ID = %q, want the new boot %q", got, bootB)
+	}
+}
+
+func TestStaleSpecRemovedAtStart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	stale := cdi.NewSpecDir(e.cdiDir)
+	if err := stale.WriteClaim("uid-stale", cdi.CommonEdits(nil, nil, cdi.EditOptions{}),
+		[]cdi.ClaimDevice{{Name: cdi.DeviceName("uid-stale", "mlx5-0", ""), Edits: mustEdits(t, e, "mlx5_0")}}); err != nil {
+		t.Fatal(err)
+	}
+	foreign := filepath.Join(e.cdiDir, "vendor.example-gpu.json")
+	if err := os.WriteFile(foreign, []byte(`{"cdiVersion":"0.6.0","kind":"vendor.example/gpu","devices":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	if uids, _ := stale.ClaimUIDs(); len(uids) != 0 {
+		t.Errorf("stale specs left: %v", uids)
+	}
+	if _, err := os.Stat(foreign); err != nil {
+		t.Errorf("another vendor's spec was touched: %v", err)
+	}
+}
+
+func mustEdits(t *testing.T, e *env, ibdev string) cdispec.ContainerEdits {
+	t.Helper()
+	inv, err := hca.Discover(hca.WithSysfsRoot(e.node.SysfsRoot), hca.WithDevRoot(e.node.DevRoot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range inv.HCAs {
+		if h.Name == ibdev {
+			ed, err := cdi.DeviceEdits(h, cdi.EditOptions{HostDevRoot: e.node.DevRoot})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ed
+		}
+	}
+	t.Fatalf("no %s", ibdev)
+	return cdispec.ContainerEdits{}
+}
+
+func TestCorruptCheckpoint(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if err := os.WriteFile(e.checkpointPath(), []byte(`{"version":1,"checksum":"00","data":{"cla`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	matches, _ := filepath.Glob(e.checkpointPath() + ".corrupt-*")
+	if len(matches) != 1 {
+		t.Fatalf("corrupt checkpoint not moved aside: %v", matches)
+	}
+	if b, _ := os.ReadFile(matches[0]); !strings.Contains(string(b), `"cla`) {
+		t.Errorf("quarantined file lost its content: %q", b)
+	}
+	c := e.claim("fresh", hostNetworkPod("p", true), one("mlx5-0"))
+	e.mustPrepare(c)
+}
+
+// TestOlderReleaseCheckpoint: a checkpoint written by an older release
+// (fewer fields) still lets the driver unprepare its claim.
+func TestOlderReleaseCheckpoint(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	b, err := os.ReadFile("../checkpoint/testdata/checkpoint-v1-older-release.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.checkpointPath(), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old, err := checkpoint.NewStore(e.checkpointPath()).Load()
+	if err != nil || len(old.Claims) == 0 {
+		t.Fatalf("fixture: %d claims, %v", len(old.Claims), err)
+	}
+	e.start()
+	for uid, c := range old.Claims {
+		if r := e.unprepare(&drapb.Claim{Namespace: c.Namespace, Name: c.Name, Uid: uid})[uid]; r.Error != "" {
+			t.Errorf("unprepare %s: %s", uid, r.Error)
+		}
+	}
+	cp, err := checkpoint.NewStore(e.checkpointPath()).Load()
+	if err != nil || len(cp.Claims) != 0 {
+		t.Errorf("after unprepare: %d claims, %v", len(cp.Claims), err)
+	}
+}

@@ -1,0 +1,326 @@
+package driver
+
+// The hot path: everything here runs while a pod waits to start.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	gosort "slices"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+)
+
+// HostNetworkHint tells an operator how to allow non-hostNetwork pods.
+const HostNetworkHint = "start the driver with --allow-non-host-network (Helm value allowNonHostNetwork=true) to allow it"
+
+// PrepareResourceClaims writes one CDI spec per claim and records the claims
+// in the checkpoint with a single write.
+//
+// It must be idempotent because the kubelet asks again after its own
+// restart: an already prepared claim is resolved again (its allocation never
+// changes) and its spec rewritten, since /var/run/cdi may have been emptied.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	if len(claims) == 0 {
+		return map[types.UID]kubeletplugin.PrepareResult{}, nil // a liveness probe
+	}
+	start := time.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+
+	cp, err := d.store.Load()
+	if err != nil {
+		return nil, fmt.Errorf("reading the checkpoint: %w", err)
+	}
+	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	var resolved []checkpoint.Claim
+	for _, claim := range claims {
+		c, err := d.resolveLocked(ctx, claim, cp, resolved)
+		if err != nil {
+			results[claim.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
+			continue
+		}
+		resolved = append(resolved, c)
+	}
+
+	candidates := append(gosort.Collect(maps.Values(cp.Claims)), resolved...)
+	var written []checkpoint.Claim
+	for _, c := range resolved {
+		if err := d.writeSpecLocked(c, d.groupLocked(c, candidates)); err != nil {
+			results[types.UID(c.UID)] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
+			continue
+		}
+		written = append(written, c)
+	}
+
+	err = d.store.Update(func(cp *checkpoint.Checkpoint) error {
+		for _, c := range written {
+			cp.Claims[c.UID] = c
+		}
+		return nil
+	})
+	for _, c := range written {
+		if err != nil {
+			// Without a record, unprepare could not clean up: undo the spec
+			// unless an earlier, recorded prepare owns it.
+			if _, known := cp.Claims[c.UID]; !known {
+				_ = d.specs.RemoveClaim(c.UID)
+			}
+			results[types.UID(c.UID)] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: recording it in the checkpoint: %w", c.Namespace, c.Name, err)}
+			continue
+		}
+		results[types.UID(c.UID)] = kubeletplugin.PrepareResult{Devices: resultDevices(c)}
+	}
+	d.metrics.observe(d.metrics.prepareTotal, d.metrics.prepareDuration, results, start)
+	return results, nil
+}
+
+// resolveLocked turns a claim's allocation into the record of what to
+// prepare, checking the policy, the config and the inventory.
+func (d *Driver) resolveLocked(ctx context.Context, claim *resourceapi.ResourceClaim, cp checkpoint.Checkpoint, pending []checkpoint.Claim) (checkpoint.Claim, error) {
+	c := checkpoint.Claim{
+		UID:        string(claim.UID),
+		Namespace:  claim.Namespace,
+		Name:       claim.Name,
+		BootID:     d.bootID,
+		PreparedAt: time.Now().UTC(),
+	}
+	alloc := claim.Status.Allocation
+	if alloc == nil {
+		return c, errors.New("it is not allocated")
+	}
+	for _, ref := range claim.Status.ReservedFor {
+		if ref.APIGroup == "" && ref.Resource == "pods" {
+			c.PodUIDs = append(c.PodUIDs, string(ref.UID))
+		}
+	}
+	gosort.Sort(c.PodUIDs)
+	if err := d.checkHostNetwork(ctx, claim); err != nil {
+		return c, err
+	}
+
+	for _, r := range alloc.Devices.Results {
+		if r.Driver != d.cfg.DriverName {
+			continue
+		}
+		cfg, err := configFor(d.cfg.DriverName, alloc.Devices.Config, r.Request)
+		if err != nil {
+			return c, err
+		}
+		h, err := d.lookupLocked(r)
+		if err != nil {
+			return c, err
+		}
+		dev := checkpoint.Device{
+			Request:           r.Request,
+			Pool:              r.Pool,
+			Device:            r.Device,
+			IBDev:             h.Name,
+			AdminAccess:       r.AdminAccess != nil && *r.AdminAccess,
+			ManagementDevices: *cfg.ManagementDevices,
+			Env:               *cfg.Env,
+		}
+		if r.ShareID != nil {
+			dev.ShareID = string(*r.ShareID)
+		}
+		if holder := holderOf(dev, c.UID, cp, pending); holder != "" {
+			return c, fmt.Errorf("device %s (%s) is already prepared for claim %s; refusing to hand one HCA to two claims", r.Device, h.Name, holder)
+		}
+		dev.CDIDeviceIDs = []string{cdi.QualifiedName(cdi.DeviceName(c.UID, r.Device, dev.ShareID))}
+		c.Devices = append(c.Devices, dev)
+	}
+	return c, nil
+}
+
+// lookupLocked finds the HCA of an allocation result in the inventory.
+func (d *Driver) lookupLocked(r resourceapi.DeviceRequestAllocationResult) (hca.HCA, error) {
+	if r.Pool != d.cfg.NodeName {
+		return hca.HCA{}, fmt.Errorf("device %s is from pool %q, but this node's pool is %q", r.Device, r.Pool, d.cfg.NodeName)
+	}
+	if h, ok := d.byDevice[r.Device]; ok {
+		return h, nil
+	}
+	for _, h := range d.inv.HCAs {
+		if deviceName(h) == r.Device {
+			return h, fmt.Errorf("device %s (%s) is not usable any more: %s", r.Device, h.Name, h.UnusableReason)
+		}
+	}
+	return hca.HCA{}, fmt.Errorf("device %s is no longer on node %s (HCA removed, or its driver unloaded?)", r.Device, d.cfg.NodeName)
+}
+
+// holderOf names another claim that holds dev, or "". Two admin-access
+// claims may share a device; nothing else may (sharing modes come with
+// share IDs, which the allocator hands out per claim).
+func holderOf(dev checkpoint.Device, self string, cp checkpoint.Checkpoint, pending []checkpoint.Claim) string {
+	check := func(c checkpoint.Claim) bool {
+		if c.UID == self {
+			return false
+		}
+		for _, other := range c.Devices {
+			if other.Pool != dev.Pool || other.Device != dev.Device {
+				continue
+			}
+			if other.AdminAccess && dev.AdminAccess {
+				continue
+			}
+			if other.ShareID != "" && dev.ShareID != "" && other.ShareID != dev.ShareID {
+				continue
+			}
+			return true
+		}
+		return false
+	}
+	for _, uid := range sortedKeys(cp.Claims) {
+		if c := cp.Claims[uid]; check(c) {
+			return c.Namespace + "/" + c.Name
+		}
+	}
+	for _, c := range pending {
+		if check(c) {
+			return c.Namespace + "/" + c.Name
+		}
+	}
+	return ""
+}
+
+// checkHostNetwork enforces --allow-non-host-network=false.
+func (d *Driver) checkHostNetwork(ctx context.Context, claim *resourceapi.ResourceClaim) error {
+	if d.cfg.AllowNonHostNetwork {
+		return nil
+	}
+	for _, ref := range claim.Status.ReservedFor {
+		if ref.APIGroup != "" || ref.Resource != "pods" {
+			continue
+		}
+		pod, err := d.pods.GetPod(ctx, claim.Namespace, ref.Name)
+		if err != nil {
+			return fmt.Errorf("looking up pod %s/%s for the hostNetwork policy: %w", claim.Namespace, ref.Name, err)
+		}
+		if pod.UID != ref.UID {
+			return fmt.Errorf("pod %s/%s has UID %s, but the claim is reserved for UID %s", claim.Namespace, ref.Name, pod.UID, ref.UID)
+		}
+		if !pod.Spec.HostNetwork {
+			return fmt.Errorf("pod %s/%s does not use hostNetwork, and RDMA for non-hostNetwork pods is disabled on this node; %s", claim.Namespace, ref.Name, HostNetworkHint)
+		}
+	}
+	return nil
+}
+
+// writeSpecLocked (re)writes the CDI spec of a resolved claim. group is the
+// set of HCAs the claim's containers see with it, for the aggregate env.
+func (d *Driver) writeSpecLocked(c checkpoint.Claim, group []hca.HCA) error {
+	env := false
+	var devices []cdi.ClaimDevice
+	for _, dev := range c.Devices {
+		h, ok := d.byDevice[dev.Device]
+		if !ok {
+			return fmt.Errorf("device %s (%s) is no longer usable on node %s", dev.Device, dev.IBDev, d.cfg.NodeName)
+		}
+		edits, err := cdi.DeviceEdits(h, cdi.EditOptions{ManagementDevices: dev.ManagementDevices, Env: dev.Env, HostDevRoot: d.cfg.HostDevRoot})
+		if err != nil {
+			return err
+		}
+		env = env || dev.Env
+		devices = append(devices, cdi.ClaimDevice{Name: cdi.DeviceName(c.UID, dev.Device, dev.ShareID), Edits: edits})
+	}
+	if len(devices) == 0 {
+		return d.specs.RemoveClaim(c.UID)
+	}
+	common := cdi.CommonEdits(d.inv.RDMACM, group, cdi.EditOptions{Env: env, HostDevRoot: d.cfg.HostDevRoot})
+	return d.specs.WriteClaim(c.UID, common, devices)
+}
+
+// groupLocked returns the HCAs a container using claim c may see together:
+// its own, plus those of every claim reserved for one of the same pods. All
+// claims of a container then carry identical aggregate variables, so the
+// runtime's "last device wins" for env cannot hide an HCA.
+func (d *Driver) groupLocked(c checkpoint.Claim, candidates []checkpoint.Claim) []hca.HCA {
+	seen := map[string]bool{}
+	var group []hca.HCA
+	add := func(other checkpoint.Claim) {
+		for _, dev := range other.Devices {
+			if h, ok := d.byDevice[dev.Device]; ok && !seen[dev.Device] {
+				seen[dev.Device] = true
+				group = append(group, h)
+			}
+		}
+	}
+	add(c)
+	for _, other := range candidates {
+		if other.UID != c.UID && sharesPod(c, other) {
+			add(other)
+		}
+	}
+	return group
+}
+
+func sharesPod(a, b checkpoint.Claim) bool {
+	for _, p := range a.PodUIDs {
+		if gosort.Contains(b.PodUIDs, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// resultDevices is what the kubelet hands to the runtime for a claim.
+func resultDevices(c checkpoint.Claim) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, 0, len(c.Devices))
+	for _, dev := range c.Devices {
+		kd := kubeletplugin.Device{
+			Requests:     []string{dev.Request},
+			PoolName:     dev.Pool,
+			DeviceName:   dev.Device,
+			CDIDeviceIDs: dev.CDIDeviceIDs,
+		}
+		if dev.ShareID != "" {
+			id := types.UID(dev.ShareID)
+			kd.ShareID = &id
+		}
+		out = append(out, kd)
+	}
+	return out
+}
+
+// UnprepareResourceClaims removes the claims' CDI specs and forgets them.
+// It works from the checkpoint alone: the claims may already be deleted.
+// An unknown claim is success (the kubelet retries after restarts).
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	start := time.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+
+	results := make(map[types.UID]error, len(claims))
+	var done []string
+	for _, claim := range claims {
+		if err := d.specs.RemoveClaim(string(claim.UID)); err != nil {
+			results[claim.UID] = fmt.Errorf("claim %s: removing its CDI spec: %w", claim.String(), err)
+			continue
+		}
+		results[claim.UID] = nil
+		done = append(done, string(claim.UID))
+	}
+	err := d.store.Update(func(cp *checkpoint.Checkpoint) error {
+		for _, uid := range done {
+			delete(cp.Claims, uid)
+		}
+		return nil
+	})
+	if err != nil {
+		for _, uid := range done {
+			results[types.UID(uid)] = fmt.Errorf("claim %s: updating the checkpoint: %w", uid, err)
+		}
+	}
+	klog.FromContext(ctx).V(4).Info("Unprepared claims", "count", len(done))
+	d.metrics.observeErrs(d.metrics.unprepareTotal, d.metrics.unprepareDuration, results, start)
+	return results, nil
+}

@@ -1,0 +1,210 @@
+package driver
+
+// The slow path: discovery and publishing. Nothing here runs inside a
+// kubelet call.
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+	rslices "github.com/rdma-dra/rdma-dra-driver/pkg/slices"
+)
+
+// rescan rediscovers the node and swaps in the new inventory. It reports
+// whether anything a claim or a slice depends on changed.
+func (d *Driver) rescan(ctx context.Context) (bool, error) {
+	inv, err := d.source.Discover()
+	if err != nil {
+		d.metrics.backgroundErrors.WithLabelValues("discovery").Inc()
+		return false, err
+	}
+	byDevice := rslices.Published(inv)
+	d.mu.Lock()
+	changed := !apiequality.Semantic.DeepEqual(d.inv, inv)
+	old := d.inv
+	d.inv, d.byDevice = inv, byDevice
+	d.mu.Unlock()
+	if changed {
+		logInventory(klog.FromContext(ctx), old, inv)
+	}
+	return changed, nil
+}
+
+// logInventory logs the HCAs and the warnings that are new since the last
+// pass, so a rescan every few seconds does not repeat itself.
+func logInventory(logger klog.Logger, old, inv hca.Inventory) {
+	seen := map[string]bool{}
+	for _, w := range old.Warnings {
+		seen[w] = true
+	}
+	for _, h := range old.HCAs {
+		for _, w := range h.Warnings {
+			seen[w] = true
+		}
+	}
+	for _, w := range inv.Warnings {
+		if !seen[w] {
+			logger.Info("Warning: node-wide RDMA file", "problem", w)
+		}
+	}
+	usable := 0
+	for _, h := range inv.HCAs {
+		for _, w := range h.Warnings {
+			if !seen[w] {
+				logger.Info("Warning: HCA file", "hca", h.Name, "problem", w)
+			}
+		}
+		if h.Usable {
+			usable++
+		} else {
+			logger.Info("HCA is not usable", "hca", h.Name, "reason", h.UnusableReason)
+		}
+	}
+	logger.Info("RDMA inventory", "hcas", len(inv.HCAs), "usable", usable, "netnsMode", inv.NetnsMode)
+}
+
+// resources is what the current inventory publishes.
+func (d *Driver) resourcesLocked() resourceslice.DriverResources {
+	return rslices.Resources(d.cfg.NodeName, d.inv, rslices.Options{DriverName: d.cfg.DriverName})
+}
+
+// publish hands the slices to the publisher when they differ from what it
+// was last given.
+func (d *Driver) publish(ctx context.Context) error {
+	d.mu.Lock()
+	if d.publisher == nil {
+		d.mu.Unlock()
+		return nil
+	}
+	res := d.resourcesLocked()
+	if d.published != nil && apiequality.Semantic.DeepEqual(*d.published, res) {
+		d.mu.Unlock()
+		return nil
+	}
+	d.published = &res
+	p := d.publisher
+	d.mu.Unlock()
+
+	if err := p.PublishResources(ctx, res); err != nil {
+		d.mu.Lock()
+		d.published = nil
+		d.mu.Unlock()
+		d.metrics.backgroundErrors.WithLabelValues("publish").Inc()
+		return err
+	}
+	devices := 0
+	for _, pool := range res.Pools {
+		for _, s := range pool.Slices {
+			devices += len(s.Devices)
+		}
+	}
+	d.metrics.publishes.Inc()
+	d.metrics.publishedDevices.Set(float64(devices))
+	klog.FromContext(ctx).V(2).Info("Published ResourceSlices", "devices", devices)
+	return nil
+}
+
+// Run rescans every RescanInterval and republishes on change, and retries
+// a publish the API server refused, with backoff, until ctx ends.
+func (d *Driver) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	interval := d.cfg.RescanInterval
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-retry:
+			retry = nil
+		case <-d.retryRequests():
+			if retry == nil {
+				backoff := d.nextBackoff()
+				logger.Info("Republishing ResourceSlices after an error", "in", backoff)
+				retry = time.After(backoff)
+			}
+			continue
+		}
+		if changed, err := d.rescan(ctx); err != nil {
+			logger.Error(err, "Rediscovery failed; keeping the last inventory")
+			continue
+		} else if changed {
+			d.resetBackoff()
+		}
+		if err := d.publish(ctx); err != nil {
+			logger.Error(err, "Publishing ResourceSlices failed")
+		}
+	}
+}
+
+// HandleError is called by the helper for background errors, mostly from
+// publishing. Dropped fields and validation errors will not heal by
+// themselves (the cluster lacks a feature, or our slice is wrong): they are
+// logged and counted, and the slices are published again with backoff
+// instead of crash-looping the daemon.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	kind := "publish"
+	var dropped *resourceslice.DroppedFieldsError
+	fatal := errors.As(err, &dropped) || apierrors.IsInvalid(err)
+	if !fatal && !errors.Is(err, kubeletplugin.ErrRecoverable) {
+		kind = "other"
+	}
+	d.metrics.backgroundErrors.WithLabelValues(kind).Inc()
+	runtime.HandleErrorWithContext(ctx, err, msg, "fatalForThisPublish", fatal)
+	if fatal {
+		d.mu.Lock()
+		d.published = nil
+		d.mu.Unlock()
+		select {
+		case d.retryCh <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (d *Driver) retryRequests() <-chan struct{} { return d.retryCh }
+
+func (d *Driver) nextBackoff() time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.backoff == 0 {
+		d.backoff = time.Second
+	} else {
+		d.backoff = min(2*d.backoff, 5*time.Minute)
+	}
+	return d.backoff
+}
+
+func (d *Driver) resetBackoff() {
+	d.mu.Lock()
+	d.backoff = 0
+	d.mu.Unlock()
+}
+
+// WatchHealthStatus is not implemented yet: the kubelet stops asking.
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}
+
+// Rescan rediscovers the node now and republishes if anything changed. Run
+// calls it on its interval; event sources (and tests) call it directly.
+func (d *Driver) Rescan(ctx context.Context) error {
+	if _, err := d.rescan(ctx); err != nil {
+		return err
+	}
+	return d.publish(ctx)
+}
