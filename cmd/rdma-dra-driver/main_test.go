@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/driver"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
+)
+
+func TestEnvOverrides(t *testing.T) {
+	o := &options{}
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	o.addFlags(fs)
+	if err := fs.Parse([]string{"--driver-name=cli.example"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"NODE_NAME": "n1", "DRIVER_NAME": "env.example", "ALLOW_NON_HOST_NETWORK": "true",
+		"RESCAN_INTERVAL": "3s", "KUBELET_ROOT_DIR": "/k",
+	}
+	if err := envOverrides(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	if o.nodeName != "n1" || o.driverName != "cli.example" || !o.allowNonHostNetwork || o.rescanInterval != 3*time.Second || o.kubeletRootDir != "/k" {
+		t.Errorf("options after env = %+v (the command line must win over DRIVER_NAME)", o)
+	}
+	fresh := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	(&options{}).addFlags(fresh)
+	env = map[string]string{"RESCAN_INTERVAL": "soon"}
+	err := envOverrides(fresh, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err == nil || !strings.Contains(err.Error(), "RESCAN_INTERVAL") {
+		t.Errorf("bad env value: err %v, want one naming RESCAN_INTERVAL", err)
+	}
+}
+
+// TestSocketHealth: /healthz calls both gRPC services over their sockets,
+// /readyz also wants the kubelet's registration.
+func TestSocketHealth(t *testing.T) {
+	dir := t.TempDir()
+	spec, _ := hcatest.Preset("softroce")
+	node, err := hcatest.Build(filepath.Join(dir, "node"), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pluginDir, registryDir := filepath.Join(dir, "plugins", "rdma.dra.dev"), filepath.Join(dir, "plugins_registry")
+	for _, d := range []string{pluginDir, registryDir, filepath.Join(dir, "cdi")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vm01"}})
+	d, err := driver.New(ctx, driver.Config{DriverName: "rdma.dra.dev", NodeName: "vm01", AllowNonHostNetwork: true}, driver.Deps{
+		Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(node.SysfsRoot), hca.WithDevRoot(node.DevRoot)),
+		SpecDir:    cdi.NewSpecDir(filepath.Join(dir, "cdi")),
+		Checkpoint: checkpoint.NewStore(filepath.Join(pluginDir, "checkpoint.json")),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	helper, err := kubeletplugin.Start(ctx, d, kubeletplugin.DriverName("rdma.dra.dev"), kubeletplugin.NodeName("vm01"),
+		kubeletplugin.KubeClient(client), kubeletplugin.PluginDataDirectoryPath(pluginDir),
+		kubeletplugin.RegistrarDirectoryPath(registryDir), kubeletplugin.PluginSocket(draSocketName("")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := &socketCheck{
+		registrationSocket: filepath.Join(registryDir, "rdma.dra.dev-reg.sock"),
+		draSocket:          filepath.Join(pluginDir, draSocketName("")),
+		helper:             helper,
+	}
+	probe := func(h http.HandlerFunc) (int, string) {
+		rec := httptest.NewRecorder()
+		h(rec, httptest.NewRequest("GET", "/", nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := probe(check.serveHealthz); code != 200 {
+		t.Errorf("healthz = %d %s", code, body)
+	}
+	if code, body := probe(check.serveReadyz); code != 503 || !strings.Contains(body, "not registered") {
+		t.Errorf("readyz before registration = %d %s", code, body)
+	}
+	conn, err := dialUnix(check.registrationSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := registerapi.NewRegistrationClient(conn).NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	if code, body := probe(check.serveReadyz); code != 200 {
+		t.Errorf("readyz after registration = %d %s", code, body)
+	}
+	helper.Stop()
+	if code, body := probe(check.serveHealthz); code != 503 || !strings.Contains(body, "socket") {
+		t.Errorf("healthz after the helper stopped = %d %s", code, body)
+	}
+}

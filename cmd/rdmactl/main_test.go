@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func rdmactl(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(args, &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+func TestSimulateThenDiscover(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "node")
+	if _, _, err := rdmactl(t, "simulate", "--preset", "dgx-h100", "--root", root); err != nil {
+		t.Fatal(err)
+	}
+	sysfs, dev := "--sysfs-root="+root+"/sys", "--dev-root="+root+"/dev"
+
+	table, warnings, err := rdmactl(t, "discover", sysfs, dev)
+	if err != nil || warnings != "" {
+		t.Fatalf("discover: %v, stderr %q", err, warnings)
+	}
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	if len(lines) != 11 {
+		t.Fatalf("table has %d lines, want header + 10 HCAs:\n%s", len(lines), table)
+	}
+	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "NAME IBDEV MODEL LINK RATE STATE NUMA PCIE-ROOT NETDEV UVERBS" {
+		t.Errorf("header = %q", lines[0])
+	}
+	wantRows := map[int]string{
+		1:  "mlx5-0 mlx5_0 ConnectX-7 InfiniBand 400 Gb/s ACTIVE 0 pci0000:15 ibp22s0 uverbs0",
+		8:  "mlx5-7 mlx5_7 ConnectX-7 InfiniBand 400 Gb/s ACTIVE 1 pci0000:c0 ibp194s0 uverbs7",
+		10: "mlx5-9 mlx5_9 BlueField-3 Ethernet 200 Gb/s ACTIVE 1 pci0000:d0 ens1f1np1 uverbs9",
+	}
+	for i, want := range wantRows {
+		if got := strings.Join(strings.Fields(lines[i]), " "); got != want {
+			t.Errorf("row %d = %q, want %q", i, got, want)
+		}
+	}
+
+	for _, format := range []string{"yaml", "json"} {
+		out, _, err := rdmactl(t, "discover", sysfs, dev, "--node-name=dgx01", "-o", format)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s resourceapi.ResourceSlice
+		if format == "yaml" {
+			err = yaml.UnmarshalStrict([]byte(out), &s)
+		} else {
+			err = json.Unmarshal([]byte(out), &s)
+		}
+		if err != nil {
+			t.Fatalf("-o %s is not a ResourceSlice: %v\n%s", format, err, out)
+		}
+		if s.Kind != "ResourceSlice" || s.APIVersion != "resource.k8s.io/v1" || s.Spec.Driver != "rdma.dra.dev" ||
+			s.Spec.Pool.Name != "dgx01" || len(s.Spec.Devices) != 10 {
+			t.Errorf("-o %s: %s %s driver %s pool %s, %d devices", format, s.APIVersion, s.Kind, s.Spec.Driver, s.Spec.Pool.Name, len(s.Spec.Devices))
+		}
+	}
+}
+
+func TestDiscoverBrokenNodeWarns(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "node")
+	if _, _, err := rdmactl(t, "simulate", "--preset", "broken", "--root", root); err != nil {
+		t.Fatal(err)
+	}
+	table, warnings, err := rdmactl(t, "discover", "--sysfs-root", root+"/sys", "--dev-root", root+"/dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(warnings, "ports/1/rate: cannot parse \"fast\"") {
+		t.Errorf("stderr does not name the garbled rate file:\n%s", warnings)
+	}
+	if !strings.Contains(table, "mlx5_4: not usable: no uverbs device") {
+		t.Errorf("table does not say why mlx5_4 is unusable:\n%s", table)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "no command given"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"simulate"}, "--root is required"},
+		{[]string{"simulate", "--preset", "nope", "--root", t.TempDir()}, "nope"},
+		{[]string{"discover", "--sysfs-root", t.TempDir(), "-o", "xml"}, `unknown output "xml"`},
+	} {
+		if _, _, err := rdmactl(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("rdmactl %v: err %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
