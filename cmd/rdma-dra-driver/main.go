@@ -110,7 +110,7 @@ func main() {
 	klog.Flush()
 }
 
-func run(o *options, fs *pflag.FlagSet) error {
+func run(o *options, fs *pflag.FlagSet) (err error) {
 	own := pflag.NewFlagSet("", pflag.ContinueOnError)
 	fs.VisitAll(func(f *pflag.Flag) {
 		if f.Name != "v" && !strings.HasPrefix(f.Name, "log") && f.Name != "vmodule" {
@@ -135,6 +135,14 @@ func run(o *options, fs *pflag.FlagSet) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	logger := klog.Background().WithValues("node", o.nodeName, "driver", o.driverName)
+	// A SIGTERM while starting (waiting for an informer, say) is a clean
+	// stop, not a failure.
+	defer func() {
+		if err != nil && ctx.Err() != nil {
+			logger.Info("Stopped during start-up", "cause", context.Cause(ctx), "interrupted", err)
+			err = nil
+		}
+	}()
 	ctx = klog.NewContext(ctx, logger)
 
 	cfg, err := restConfig(o.kubeconfig)
