@@ -12,18 +12,23 @@ ifneq ($(wildcard /dev/shm/.),)
 export TMPDIR ?= /dev/shm
 endif
 
-.PHONY: all build test test-unit demo bench fuzz lint image clean
+.PHONY: all build test test-unit test-e2e demo bench fuzz lint image clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-# Unit tests of the main module, with the race detector.
-test: test-unit
+# Unit tests of the main module (race detector), then the end-to-end suite
+# in test/, its own module with a real kube-apiserver (the first, cold build
+# of k8s.io/kubernetes takes about 6 minutes on 2 cores).
+test: test-unit test-e2e
 
 test-unit:
 	$(GO) test -race -count=1 ./...
+
+test-e2e:
+	cd test && $(GO) test -count=1 -timeout 30m ./...
 
 # Until the in-process cluster lands, the demo simulates a DGX H100 node and
 # shows what the driver discovers and would publish.
