@@ -32,6 +32,7 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/driver"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/legacy"
 )
 
 type options struct {
@@ -51,6 +52,11 @@ type options struct {
 	kubeAPIBurst        int
 	podUID              string
 	bootIDFile          string
+	sharing             string
+	sharesPerHCA        int64
+	legacyRoute         string
+	legacyResourceName  string
+	legacyShares        int
 	logging             *logsapi.LoggingConfiguration
 }
 
@@ -71,6 +77,39 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "API server burst")
 	fs.StringVar(&o.podUID, "pod-uid", "", "this daemon's pod UID (POD_UID); enables the helper's rolling-update mode")
 	fs.StringVar(&o.bootIDFile, "boot-id-file", "/proc/sys/kernel/random/boot_id", "file holding the boot ID")
+	fs.StringVar(&o.sharing, "sharing", "exclusive", "exclusive: one claim per HCA; shared: many claims share an HCA (shares capacity)")
+	fs.Int64Var(&o.sharesPerHCA, "shares-per-hca", 1000, "shares capacity of each HCA in shared mode; a claim consumes 1 unless it asks for more")
+	fs.StringVar(&o.legacyRoute, "legacy", "off", "serve rdma/hca for old manifests: off, device-plugin (kubelet device-plugin API) or dra (a DeviceClass with extendedResourceName)")
+	fs.StringVar(&o.legacyResourceName, "legacy-resource-name", legacy.DefaultResourceName, "extended resource name of the device-plugin route")
+	fs.IntVar(&o.legacyShares, "legacy-shares", legacy.DefaultShares, "how many rdma/hca pods a node takes")
+}
+
+// validateModes refuses combinations that would break the sharing
+// invariant: no claim gets exclusive use of an HCA that is handed out shared.
+func validateModes(o *options) error {
+	switch o.sharing {
+	case "exclusive", "shared":
+	default:
+		return fmt.Errorf("--sharing=%q: want exclusive or shared", o.sharing)
+	}
+	if o.sharing == "shared" && o.sharesPerHCA < 1 {
+		return fmt.Errorf("--shares-per-hca=%d: want at least 1", o.sharesPerHCA)
+	}
+	switch o.legacyRoute {
+	case legacy.LegacyOff:
+		return nil
+	case legacy.LegacyDevicePlugin:
+		return legacy.ValidateMode(o.legacyRoute, o.sharing)
+	case "dra":
+		if o.sharing != "shared" {
+			return errors.New("--legacy=dra publishes one device that hands every HCA to every rdma/hca pod, so it needs --sharing=shared (the HCAs are shared); set --sharing=shared or use --legacy=off")
+		}
+		if o.legacyShares < 1 {
+			return fmt.Errorf("--legacy-shares=%d: want at least 1", o.legacyShares)
+		}
+		return nil
+	}
+	return fmt.Errorf("--legacy=%q: want off, device-plugin or dra (one route only: a node must not advertise rdma/hca twice)", o.legacyRoute)
 }
 
 // envOverrides lets each flag be set from its environment variable
@@ -131,6 +170,9 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 	if o.nodeName == "" {
 		return errors.New("--node-name (NODE_NAME) is required")
 	}
+	if err := validateModes(o); err != nil {
+		return err
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -162,7 +204,11 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 	if stateDir == "" {
 		stateDir = pluginDir
 	}
-	for _, dir := range []string{pluginDir, registryDir, stateDir, o.cdiRoot} {
+	dirs := []string{pluginDir, registryDir, stateDir, o.cdiRoot}
+	if o.legacyRoute == legacy.LegacyDevicePlugin {
+		dirs = append(dirs, filepath.Join(o.kubeletRootDir, "device-plugins"))
+	}
+	for _, dir := range dirs {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return err
 		}
@@ -190,15 +236,49 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 	if pods != nil {
 		deps.Pods = pods
 	}
-	d, err := driver.New(ctx, driver.Config{
+	dcfg := driver.Config{
 		DriverName:          o.driverName,
 		NodeName:            o.nodeName,
 		HostDevRoot:         o.devRoot,
 		AllowNonHostNetwork: o.allowNonHostNetwork,
 		RescanInterval:      o.rescanInterval,
-	}, deps)
+	}
+	if o.sharing == "shared" {
+		dcfg.Shares = o.sharesPerHCA
+	}
+	var shim *legacy.Plugin
+	switch o.legacyRoute {
+	case "dra":
+		dcfg.LegacyShares = int64(o.legacyShares)
+	case legacy.LegacyDevicePlugin:
+		shim, err = legacy.New(legacy.Config{
+			ResourceName:    o.legacyResourceName,
+			Shares:          o.legacyShares,
+			DevicePluginDir: filepath.Join(o.kubeletRootDir, "device-plugins"),
+			CDI:             deps.SpecDir,
+			EditOptions:     cdi.EditOptions{Env: true, HostDevRoot: o.devRoot},
+		})
+		if err != nil {
+			return err
+		}
+		dcfg.PreserveSpecs = []string{legacy.SpecUID}
+		deps.OnInventory = func(inv hca.Inventory) {
+			if err := shim.Update(inv); err != nil {
+				logger.Error(err, "Updating the device-plugin shim")
+			}
+		}
+	}
+	d, err := driver.New(ctx, dcfg, deps)
 	if err != nil {
 		return err
+	}
+	if shim != nil {
+		go func() {
+			if err := shim.Run(ctx); err != nil {
+				logger.Error(err, "Device-plugin shim stopped", "resource", o.legacyResourceName)
+				stop()
+			}
+		}()
 	}
 
 	helperOpts := []kubeletplugin.Option{

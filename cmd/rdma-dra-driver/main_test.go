@@ -114,3 +114,26 @@ func TestSocketHealth(t *testing.T) {
 		t.Errorf("healthz after the helper stopped = %d %s", code, body)
 	}
 }
+
+func TestValidateModes(t *testing.T) {
+	tests := []struct {
+		sharing, legacy string
+		wantErr         string
+	}{
+		{sharing: "exclusive", legacy: "off"},
+		{sharing: "shared", legacy: "off"},
+		{sharing: "shared", legacy: "device-plugin"},
+		{sharing: "shared", legacy: "dra"},
+		{sharing: "exclusive", legacy: "device-plugin", wantErr: "--legacy=device-plugin hands every HCA to every rdma/hca pod, so it needs --sharing=shared"},
+		{sharing: "exclusive", legacy: "dra", wantErr: "--legacy=dra publishes one device that hands every HCA to every rdma/hca pod, so it needs --sharing=shared"},
+		{sharing: "shared", legacy: "both", wantErr: "one route only"},
+		{sharing: "sometimes", legacy: "off", wantErr: `--sharing="sometimes": want exclusive or shared`},
+	}
+	for _, tt := range tests {
+		o := &options{sharing: tt.sharing, legacyRoute: tt.legacy, sharesPerHCA: 1000, legacyShares: 1000}
+		err := validateModes(o)
+		if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+			t.Errorf("--sharing=%s --legacy=%s: err %v, want %q", tt.sharing, tt.legacy, err, tt.wantErr)
+		}
+	}
+}

@@ -250,3 +250,18 @@ func deviceNode(name string, c hca.CharDevice, root string) *cdispec.DeviceNode 
 		Permissions: nodeAccess,
 	}
 }
+
+// NodeEdits is what a container gets when it is handed every HCA in hcas
+// (the legacy rdma/hca routes): each HCA's DeviceEdits, in order.
+func NodeEdits(hcas []hca.HCA, opts EditOptions) (cdispec.ContainerEdits, error) {
+	var all cdispec.ContainerEdits
+	for _, h := range hcas {
+		edits, err := DeviceEdits(h, opts)
+		if err != nil {
+			return cdispec.ContainerEdits{}, err
+		}
+		all.DeviceNodes = append(all.DeviceNodes, edits.DeviceNodes...)
+		all.Env = append(all.Env, edits.Env...)
+	}
+	return all, nil
+}

@@ -58,6 +58,16 @@ type Config struct {
 	AllowNonHostNetwork bool
 	// RescanInterval is the safety-net period of rediscovery.
 	RescanInterval time.Duration
+	// Shares > 0 publishes every HCA shared, with that many shares
+	// (--sharing=shared); zero is exclusive.
+	Shares int64
+	// LegacyShares > 0 publishes the legacy device standing for all HCAs
+	// (--legacy=dra). Needs shared mode: its HCAs are shared.
+	LegacyShares int64
+	// PreserveSpecs are claim UIDs of CDI specs in the same directory that
+	// are not claims (the device-plugin shim's node-wide spec): start-up
+	// cleanup leaves them alone.
+	PreserveSpecs []string
 }
 
 // Driver implements kubeletplugin.DRAPlugin.
@@ -78,6 +88,7 @@ type Driver struct {
 	backoff   time.Duration // of the next republish after a refused one
 
 	retryCh chan struct{}
+	onInv   func(hca.Inventory)
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -90,6 +101,9 @@ type Deps struct {
 	Checkpoint *checkpoint.Store
 	BootID     string
 	Metrics    *Metrics // nil: a private registry
+	// OnInventory, if set, sees every new inventory (the device-plugin shim
+	// follows the same discovery). It runs on the slow path.
+	OnInventory func(hca.Inventory)
 }
 
 // New recovers the driver's state and takes the first inventory.
@@ -108,6 +122,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Driver, error) {
 	if cfg.HostDevRoot == "" {
 		cfg.HostDevRoot = "/dev"
 	}
+	if cfg.LegacyShares > 0 && cfg.Shares == 0 {
+		return nil, errors.New("the legacy device hands every HCA to every rdma/hca pod, so it needs shared mode (--sharing=shared)")
+	}
 	if !cfg.AllowNonHostNetwork && deps.Pods == nil {
 		return nil, errors.New("a pod lookup is required to enforce the hostNetwork policy")
 	}
@@ -119,6 +136,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Driver, error) {
 		store:   deps.Checkpoint,
 		bootID:  deps.BootID,
 		metrics: deps.Metrics,
+		onInv:   deps.OnInventory,
 		retryCh: make(chan struct{}, 1),
 	}
 	if d.metrics == nil {
@@ -155,7 +173,7 @@ func (d *Driver) recoverSpecs(ctx context.Context) error {
 		return fmt.Errorf("listing CDI specs: %w", err)
 	}
 	for _, uid := range uids {
-		if _, ok := cp.Claims[uid]; ok {
+		if _, ok := cp.Claims[uid]; ok || gosort.Contains(d.cfg.PreserveSpecs, uid) {
 			continue
 		}
 		if err := d.specs.RemoveClaim(uid); err != nil {

@@ -53,6 +53,8 @@ type env struct {
 	bootID      string
 	allowNonHN  bool
 	storeOpts   []checkpoint.Option
+	shares      int64 // shared mode when > 0
+	legacy      int64 // legacy device when > 0
 
 	drv    *driver.Driver
 	helper *kubeletplugin.Helper
@@ -107,6 +109,7 @@ func (e *env) start() {
 	drv, err := driver.New(ctx, driver.Config{
 		DriverName: driverName, NodeName: nodeName, HostDevRoot: e.node.DevRoot,
 		AllowNonHostNetwork: e.allowNonHN, RescanInterval: time.Hour,
+		Shares: e.shares, LegacyShares: e.legacy,
 	}, driver.Deps{
 		Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(e.node.SysfsRoot), hca.WithDevRoot(e.node.DevRoot), hca.WithReadFile(e.node.ReadFile)),
 		Pods:       podGetter{e.client},
@@ -161,6 +164,7 @@ func hostNetworkPod(name string, hostNetwork bool) *corev1.Pod {
 type allocated struct {
 	request, device string
 	admin           bool
+	share           string
 }
 
 // claim creates an allocated claim reserved for pod, with optional opaque
@@ -176,6 +180,10 @@ func (e *env) claim(name string, pod *corev1.Pod, devices []allocated, configs .
 		if d.admin {
 			r.AdminAccess = new(bool)
 			*r.AdminAccess = true
+		}
+		if d.share != "" {
+			id := types.UID(d.share)
+			r.ShareID = &id
 		}
 		alloc.Devices.Results = append(alloc.Devices.Results, r)
 	}
@@ -710,5 +718,63 @@ func TestOlderReleaseCheckpoint(t *testing.T) {
 	cp, err := checkpoint.NewStore(e.checkpointPath()).Load()
 	if err != nil || len(cp.Claims) != 0 {
 		t.Errorf("after unprepare: %d claims, %v", len(cp.Claims), err)
+	}
+}
+
+func shared(device, share string) []allocated {
+	return []allocated{{request: "hca", device: device, share: share}}
+}
+
+// TestSharedMode: many claims share an HCA, each with its own share ID in
+// its CDI device name; a claim without a share (exclusive use) of an HCA
+// that is handed out shared is refused.
+func TestSharedMode(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.shares = 1000
+	e.start()
+	a := e.claim("a", hostNetworkPod("pa", true), shared("mlx5-0", "11111111-aaaa-4aaa-8aaa-000000000001"))
+	b := e.claim("b", hostNetworkPod("pb", true), shared("mlx5-0", "11111111-aaaa-4aaa-8aaa-000000000002"))
+	idsA, idsB := e.mustPrepare(a), e.mustPrepare(b)
+	if want := "rdma.dra.dev/hca=uid-a-mlx5-0-11111111-aaaa-4aaa-8aaa-000000000001"; len(idsA) != 1 || idsA[0] != want {
+		t.Errorf("shared claim a: CDI IDs %v, want [%s]", idsA, want)
+	}
+	for _, ids := range [][]string{idsA, idsB} {
+		if got := devicesOf(e.container(ids...)); !slices.Contains(got, "/dev/infiniband/uverbs0 c 231:192") {
+			t.Errorf("shared claim does not see uverbs0: %v", got)
+		}
+	}
+	x := e.claim("x", hostNetworkPod("px", true), one("mlx5-0"))
+	if r := e.prepare(x)[string(x.UID)]; !strings.Contains(r.Error, "already prepared for claim default/a") {
+		t.Errorf("exclusive claim on a shared HCA: error %q", r.Error)
+	}
+}
+
+// TestLegacyDevice: rdma/hca through extendedResourceName lands on the
+// legacy device, whose container sees every HCA and rdma_cm; it shares the
+// HCAs with per-HCA shared claims.
+func TestLegacyDevice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.shares, e.legacy = 1000, 1000
+	e.start()
+	l1 := e.claim("legacy-1", hostNetworkPod("l1", true), shared("legacy-rdma-hca", "22222222-aaaa-4aaa-8aaa-000000000001"))
+	l2 := e.claim("legacy-2", hostNetworkPod("l2", true), shared("legacy-rdma-hca", "22222222-aaaa-4aaa-8aaa-000000000002"))
+	per := e.claim("per-hca", hostNetworkPod("p", true), shared("mlx5-3", "22222222-aaaa-4aaa-8aaa-000000000003"))
+	ids := e.mustPrepare(l1)
+	e.mustPrepare(l2)
+	e.mustPrepare(per)
+	s := e.container(ids...)
+	want := []string{"/dev/infiniband/rdma_cm c 10:58"}
+	for i := range 10 {
+		want = append(want, fmt.Sprintf("/dev/infiniband/uverbs%d c 231:%d", i, 192+i))
+	}
+	slices.Sort(want)
+	if got := devicesOf(s); !slices.Equal(got, want) {
+		t.Errorf("legacy container devices:\n got %v\nwant %v", got, want)
+	}
+	env := envOf(s, "RDMA_DEVICES", "NCCL_IB_HCA")
+	if env["RDMA_DEVICES"] != "mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7,mlx5_8,mlx5_9" || !strings.HasPrefix(env["NCCL_IB_HCA"], "=mlx5_0,") {
+		t.Errorf("legacy env = %v", env)
 	}
 }

@@ -14,10 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+	rslices "github.com/rdma-dra/rdma-dra-driver/pkg/slices"
 )
 
 // HostNetworkHint tells an operator how to allow non-hostNetwork pods.
@@ -149,6 +151,12 @@ func (d *Driver) lookupLocked(r resourceapi.DeviceRequestAllocationResult) (hca.
 	if h, ok := d.byDevice[r.Device]; ok {
 		return h, nil
 	}
+	if d.isLegacy(r.Device) {
+		if len(d.byDevice) == 0 {
+			return hca.HCA{}, fmt.Errorf("device %s stands for the node's HCAs, but none is usable on node %s", r.Device, d.cfg.NodeName)
+		}
+		return hca.HCA{}, nil
+	}
 	for _, h := range d.inv.HCAs {
 		if deviceName(h) == r.Device {
 			return h, fmt.Errorf("device %s (%s) is not usable any more: %s", r.Device, h.Name, h.UnusableReason)
@@ -166,7 +174,7 @@ func holderOf(dev checkpoint.Device, self string, cp checkpoint.Checkpoint, pend
 			return false
 		}
 		for _, other := range c.Devices {
-			if other.Pool != dev.Pool || other.Device != dev.Device {
+			if other.Pool != dev.Pool || !overlap(other, dev) {
 				continue
 			}
 			if other.AdminAccess && dev.AdminAccess {
@@ -190,6 +198,27 @@ func holderOf(dev checkpoint.Device, self string, cp checkpoint.Checkpoint, pend
 		}
 	}
 	return ""
+}
+
+// overlap reports whether two prepared devices use a common HCA. The legacy
+// device (no IBDev) uses them all.
+func overlap(a, b checkpoint.Device) bool {
+	return a.Device == b.Device || a.IBDev == "" || b.IBDev == "" || a.IBDev == b.IBDev
+}
+
+func (d *Driver) isLegacy(device string) bool {
+	return d.cfg.LegacyShares > 0 && device == rslices.LegacyDeviceName
+}
+
+// usableLocked returns the usable HCAs sorted by name.
+func (d *Driver) usableLocked() []hca.HCA {
+	var out []hca.HCA
+	for _, h := range d.inv.HCAs {
+		if _, ok := d.byDevice[deviceName(h)]; ok {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // checkHostNetwork enforces --allow-non-host-network=false.
@@ -221,11 +250,16 @@ func (d *Driver) writeSpecLocked(c checkpoint.Claim, group []hca.HCA) error {
 	env := false
 	var devices []cdi.ClaimDevice
 	for _, dev := range c.Devices {
-		h, ok := d.byDevice[dev.Device]
-		if !ok {
+		opts := cdi.EditOptions{ManagementDevices: dev.ManagementDevices, Env: dev.Env, HostDevRoot: d.cfg.HostDevRoot}
+		var edits cdispec.ContainerEdits
+		var err error
+		if h, ok := d.byDevice[dev.Device]; ok {
+			edits, err = cdi.DeviceEdits(h, opts)
+		} else if dev.IBDev == "" && d.isLegacy(dev.Device) {
+			edits, err = cdi.NodeEdits(d.usableLocked(), opts)
+		} else {
 			return fmt.Errorf("device %s (%s) is no longer usable on node %s", dev.Device, dev.IBDev, d.cfg.NodeName)
 		}
-		edits, err := cdi.DeviceEdits(h, cdi.EditOptions{ManagementDevices: dev.ManagementDevices, Env: dev.Env, HostDevRoot: d.cfg.HostDevRoot})
 		if err != nil {
 			return err
 		}
@@ -248,9 +282,15 @@ func (d *Driver) groupLocked(c checkpoint.Claim, candidates []checkpoint.Claim) 
 	var group []hca.HCA
 	add := func(other checkpoint.Claim) {
 		for _, dev := range other.Devices {
-			if h, ok := d.byDevice[dev.Device]; ok && !seen[dev.Device] {
-				seen[dev.Device] = true
-				group = append(group, h)
+			hcas := []hca.HCA{d.byDevice[dev.Device]}
+			if d.isLegacy(dev.Device) {
+				hcas = d.usableLocked()
+			}
+			for _, h := range hcas {
+				if name := deviceName(h); h.Name != "" && !seen[name] {
+					seen[name] = true
+					group = append(group, h)
+				}
 			}
 		}
 	}

@@ -35,6 +35,9 @@ func (d *Driver) rescan(ctx context.Context) (bool, error) {
 	d.mu.Unlock()
 	if changed {
 		logInventory(klog.FromContext(ctx), old, inv)
+		if d.onInv != nil {
+			d.onInv(inv)
+		}
 	}
 	return changed, nil
 }
@@ -74,7 +77,9 @@ func logInventory(logger klog.Logger, old, inv hca.Inventory) {
 
 // resources is what the current inventory publishes.
 func (d *Driver) resourcesLocked() resourceslice.DriverResources {
-	return rslices.Resources(d.cfg.NodeName, d.inv, rslices.Options{DriverName: d.cfg.DriverName})
+	return rslices.Resources(d.cfg.NodeName, d.inv, rslices.Options{
+		DriverName: d.cfg.DriverName, Shares: d.cfg.Shares, LegacyShares: d.cfg.LegacyShares,
+	})
 }
 
 // publish hands the slices to the publisher when they differ from what it

@@ -124,16 +124,15 @@ func (p *Plugin) compute(inv hca.Inventory) (state, error) {
 			unusable = append(unusable, h.Name+": "+h.UnusableReason)
 			continue
 		}
-		edits, err := cdi.DeviceEdits(h, p.cfg.EditOptions)
-		if err != nil {
-			return state{}, fmt.Errorf("device plugin for %s: %w", p.cfg.ResourceName, err)
-		}
 		usable = append(usable, h)
 		st.hcas = append(st.hcas, h.Name)
-		st.device.DeviceNodes = append(st.device.DeviceNodes, edits.DeviceNodes...)
-		st.device.Env = append(st.device.Env, edits.Env...)
 		st.healthy = st.healthy || h.AnyPortActive()
 	}
+	edits, err := cdi.NodeEdits(usable, p.cfg.EditOptions)
+	if err != nil {
+		return state{}, fmt.Errorf("device plugin for %s: %w", p.cfg.ResourceName, err)
+	}
+	st.device.DeviceNodes, st.device.Env = edits.DeviceNodes, edits.Env
 	if len(usable) == 0 {
 		st.why = "the node has no HCAs"
 		if len(unusable) > 0 {

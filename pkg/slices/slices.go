@@ -31,7 +31,15 @@ type Options struct {
 	// an invalid name makes the apiserver reject every slice.
 	DriverName string
 
-	// Later: sharing mode (devices with shared capacity) and taints.
+	// Shares > 0 is the shared sharing mode: every HCA is published with
+	// allowMultipleAllocations and a "shares" capacity of Shares, each
+	// claim consuming one by default. Zero is exclusive: one claim per HCA.
+	Shares int64
+
+	// LegacyShares > 0 adds LegacyDeviceName, one multi-allocatable device
+	// that stands for all usable HCAs of the node, for rdma/hca through a
+	// DeviceClass with extendedResourceName (legacy route 2).
+	LegacyShares int64
 }
 
 func (o Options) driverName() string {
@@ -113,9 +121,19 @@ func Devices(inv hca.Inventory, opts Options) []resourceapi.Device {
 		return nil
 	}
 	m := newMapper(opts.driverName(), inv.NetnsMode)
+	legacyAttr := resourceapi.QualifiedName(opts.driverName() + "/" + AttrLegacy)
 	devs := make([]resourceapi.Device, len(p))
 	for i, n := range p {
-		devs[i] = resourceapi.Device{Name: n.name, Attributes: m.attributes(n.hca)}
+		attrs := m.attributes(n.hca)
+		attrs[legacyAttr] = resourceapi.DeviceAttribute{BoolValue: ptr(false)}
+		devs[i] = resourceapi.Device{Name: n.name, Attributes: attrs}
+		if opts.Shares > 0 {
+			shared(&devs[i], opts.driverName(), opts.Shares)
+		}
+	}
+	if opts.LegacyShares > 0 {
+		devs = append(devs, legacyDevice(opts.driverName(), len(p), opts.LegacyShares))
+		slices.SortFunc(devs, func(a, b resourceapi.Device) int { return cmp.Compare(a.Name, b.Name) })
 	}
 	return devs
 }

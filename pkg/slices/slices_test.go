@@ -120,6 +120,7 @@ func TestDeviceAttributes(t *testing.T) {
 			if devs[0].Name != tc.device {
 				t.Errorf("device name %q, want %q", devs[0].Name, tc.device)
 			}
+			tc.want[d(AttrLegacy)] = flag(false) // every HCA says it is not the legacy device
 			if diff := cmp.Diff(tc.want, devs[0].Attributes); diff != "" {
 				t.Errorf("attributes (-want +got):\n%s", diff)
 			}
@@ -203,8 +204,6 @@ func TestDevicesEdgeCases(t *testing.T) {
 		}
 	})
 }
-
-func ptr[T any](v T) *T { return &v }
 
 func deref(p *int64) any {
 	if p == nil {
@@ -338,9 +337,9 @@ func TestAttributeLimit(t *testing.T) {
 	if n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
 		t.Fatalf("richest device has %d attributes and capacities, limit %d", n, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)
 	}
-	// Every driver attribute but lid (InfiniBand only) plus the three
-	// standard ones.
-	if want := int(numAttrs) - 1 + 3; n != want {
+	// Every driver attribute but lid (InfiniBand only), legacy, plus the
+	// three standard ones.
+	if want := int(numAttrs) - 1 + 1 + 3; n != want {
 		t.Errorf("richest device has %d attributes, want %d: %v", n, want, got.Attributes)
 	}
 	t.Logf("richest device: %d of %d attributes and capacities", n, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)
@@ -597,6 +596,37 @@ func BenchmarkDevices(b *testing.B) {
 	for b.Loop() {
 		if devs := Devices(inv, Options{}); len(devs) != 64 {
 			b.Fatalf("got %d devices", len(devs))
+		}
+	}
+}
+
+func TestSharedAndLegacyDevices(t *testing.T) {
+	inv := hca.Inventory{HCAs: []hca.HCA{cx7(), bf3()}, NetnsMode: hca.NetnsShared}
+	devs := Devices(inv, Options{Shares: 1000, LegacyShares: 1000})
+	var names []string
+	for _, dev := range devs {
+		names = append(names, dev.Name)
+		if dev.AllowMultipleAllocations == nil || !*dev.AllowMultipleAllocations {
+			t.Errorf("%s: not multi-allocatable in shared mode", dev.Name)
+		}
+		c, ok := dev.Capacity[d(CapacityShares)]
+		if !ok || c.Value.Value() != 1000 || c.RequestPolicy == nil || c.RequestPolicy.Default.Value() != 1 {
+			t.Errorf("%s: shares capacity = %+v", dev.Name, c)
+		}
+		legacy := *dev.Attributes[d(AttrLegacy)].BoolValue
+		if legacy != (dev.Name == LegacyDeviceName) {
+			t.Errorf("%s: legacy = %v", dev.Name, legacy)
+		}
+	}
+	if want := "legacy-rdma-hca mlx5-0 mlx5-2"; strings.Join(names, " ") != want {
+		t.Errorf("devices %v, want %v", names, want)
+	}
+	if n := *devs[0].Attributes[d(AttrHCAs)].IntValue; n != 2 {
+		t.Errorf("legacy device stands for %d HCAs, want 2", n)
+	}
+	for _, dev := range Devices(inv, Options{}) {
+		if dev.AllowMultipleAllocations != nil || dev.Capacity != nil || dev.Name == LegacyDeviceName {
+			t.Errorf("exclusive mode published %s as shared or legacy", dev.Name)
 		}
 	}
 }

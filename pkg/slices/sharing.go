@@ -1,0 +1,53 @@
+package slices
+
+import (
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+const (
+	// AttrLegacy is true only on LegacyDeviceName; DeviceClasses for HCAs
+	// select legacy == false, the legacy class legacy == true.
+	AttrLegacy = "legacy"
+	// AttrHCAs is the number of HCAs the legacy device stands for.
+	AttrHCAs = "hcas"
+	// CapacityShares is the consumable capacity of shared devices.
+	CapacityShares = "shares"
+	// LegacyDeviceName cannot collide with an HCA: ibdev names never
+	// start with "legacy-".
+	LegacyDeviceName = "legacy-rdma-hca"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// shared turns a device into a shared one: many claims may hold it, each
+// consuming one share unless it asks for more.
+func shared(d *resourceapi.Device, driver string, shares int64) {
+	d.AllowMultipleAllocations = ptr(true)
+	d.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+		resourceapi.QualifiedName(driver + "/" + CapacityShares): {
+			Value: *resource.NewQuantity(shares, resource.DecimalSI),
+			RequestPolicy: &resourceapi.CapacityRequestPolicy{
+				Default: resource.NewQuantity(1, resource.DecimalSI),
+				ValidRange: &resourceapi.CapacityRequestPolicyRange{
+					Min:  resource.NewQuantity(1, resource.DecimalSI),
+					Step: resource.NewQuantity(1, resource.DecimalSI),
+				},
+			},
+		},
+	}
+}
+
+// legacyDevice stands for every usable HCA of the node (rdma/hca: 1 gets
+// them all, shared with the node's other rdma/hca pods).
+func legacyDevice(driver string, hcas int, shares int64) resourceapi.Device {
+	d := resourceapi.Device{
+		Name: LegacyDeviceName,
+		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			resourceapi.QualifiedName(driver + "/" + AttrLegacy): {BoolValue: ptr(true)},
+			resourceapi.QualifiedName(driver + "/" + AttrHCAs):   {IntValue: ptr(int64(hcas))},
+		},
+	}
+	shared(&d, driver, shares)
+	return d
+}
