@@ -149,11 +149,6 @@ func (e *env) stop() {
 	e.helper, e.drv = nil, nil
 }
 
-func (e *env) restart() {
-	e.stop()
-	e.start()
-}
-
 func hostNetworkPod(name string, hostNetwork bool) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("pod-" + name)},
