@@ -15,6 +15,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi/cditest"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 )
 
@@ -55,40 +56,13 @@ func (c claim) write(t testing.TB, dir string) []string {
 	return ids
 }
 
-// inject loads dir with the CDI library's cache and injects ids into a
-// fresh OCI spec, as containerd does.
-func inject(t *testing.T, dir string, ids ...string) *oci.Spec {
-	t.Helper()
-	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if errs := cache.GetErrors(); len(errs) != 0 {
-		t.Fatalf("CDI cache errors: %v", errs)
-	}
-	spec := &oci.Spec{Process: &oci.Process{Env: []string{"PATH=/bin"}}, Linux: &oci.Linux{}}
-	if unresolved, err := cache.InjectDevices(spec, ids...); err != nil {
-		t.Fatalf("InjectDevices(%v): unresolved %v: %v", ids, unresolved, err)
-	}
-	return spec
-}
-
-func ociDev(name string, major, minor int64) oci.LinuxDevice {
-	mode := os.FileMode(0o666)
-	return oci.LinuxDevice{Path: "/dev/infiniband/" + name, Type: "c", Major: major, Minor: minor, FileMode: &mode}
-}
-
-func rule(major, minor int64) oci.LinuxDeviceCgroup {
-	return oci.LinuxDeviceCgroup{Allow: true, Type: "c", Major: &major, Minor: &minor, Access: "rw"}
-}
-
 var (
-	devCM      = ociDev("rdma_cm", 10, 58)
-	devUverbs0 = ociDev("uverbs0", 231, 192)
-	devUverbs1 = ociDev("uverbs1", 231, 193)
-	ruleCM     = rule(10, 58)
-	ruleU0     = rule(231, 192)
-	ruleU1     = rule(231, 193)
+	devCM      = cditest.Node("rdma_cm", 10, 58)
+	devUverbs0 = cditest.Node("uverbs0", 231, 192)
+	devUverbs1 = cditest.Node("uverbs1", 231, 193)
+	ruleCM     = cditest.Rule(10, 58)
+	ruleU0     = cditest.Rule(231, 192)
+	ruleU1     = cditest.Rule(231, 193)
 )
 
 // TestInject checks what a container ends up with, through the CDI library.
@@ -128,8 +102,8 @@ func TestInject(t *testing.T) {
 			name:      "management devices",
 			claims:    []claim{{uid: uidA, hcas: []hca.HCA{mlx0}, opts: EditOptions{ManagementDevices: true}}},
 			use:       []int{0},
-			wantDevs:  []oci.LinuxDevice{devCM, ociDev("issm0", 231, 64), ociDev("umad0", 231, 0), devUverbs0},
-			wantRules: []oci.LinuxDeviceCgroup{ruleCM, rule(231, 64), rule(231, 0), ruleU0},
+			wantDevs:  []oci.LinuxDevice{devCM, cditest.Node("issm0", 231, 64), cditest.Node("umad0", 231, 0), devUverbs0},
+			wantRules: []oci.LinuxDeviceCgroup{ruleCM, cditest.Rule(231, 64), cditest.Rule(231, 0), ruleU0},
 			wantEnv:   []string{"PATH=/bin"},
 		},
 		{
@@ -183,7 +157,7 @@ func TestInject(t *testing.T) {
 			for _, i := range tt.use {
 				use = append(use, ids[i]...)
 			}
-			s := inject(t, dir, use...)
+			s := cditest.Inject(t, dir, use...)
 			if diff := cmp.Diff(tt.wantDevs, s.Linux.Devices); diff != "" {
 				t.Errorf("Linux.Devices (-want +got):\n%s", diff)
 			}
@@ -274,7 +248,7 @@ func TestWriteClaimIdempotent(t *testing.T) {
 	}
 	// A rewrite with other devices replaces the file.
 	ids := claim{uid: uidA, hcas: []hca.HCA{ibHCA(1)}}.write(t, dir)
-	s := inject(t, dir, ids...)
+	s := cditest.Inject(t, dir, ids...)
 	if diff := cmp.Diff([]oci.LinuxDevice{devCM, devUverbs1}, s.Linux.Devices); diff != "" {
 		t.Errorf("devices after rewrite (-want +got):\n%s", diff)
 	}
@@ -364,7 +338,7 @@ func TestWriteClaimConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	inject(t, dir, QualifiedName(DeviceName(uidA, "hca", "")), QualifiedName(DeviceName(uidB, "hca", "")))
+	cditest.Inject(t, dir, QualifiedName(DeviceName(uidA, "hca", "")), QualifiedName(DeviceName(uidB, "hca", "")))
 	if uids, _ := NewSpecDir(dir).ClaimUIDs(); !slices.Equal(uids, []string{uidA, uidB}) {
 		t.Errorf("ClaimUIDs = %v", uids)
 	}

@@ -27,6 +27,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi/cditest"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/driver"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
@@ -252,15 +253,7 @@ func (e *env) unprepare(claims ...*drapb.Claim) map[string]*drapb.NodeUnprepareR
 // containerd does, reading the spec files from disk.
 func (e *env) container(ids ...string) *oci.Spec {
 	e.t.Helper()
-	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(e.cdiDir), cdiapi.WithAutoRefresh(false))
-	if err != nil {
-		e.t.Fatalf("loading CDI specs: %v", err)
-	}
-	spec := &oci.Spec{Process: &oci.Process{Env: []string{"PATH=/bin"}}, Linux: &oci.Linux{}}
-	if unresolved, err := cache.InjectDevices(spec, ids...); err != nil {
-		e.t.Fatalf("injecting %v (unresolved %v): %v", ids, unresolved, err)
-	}
-	return spec
+	return cditest.Inject(e.t, e.cdiDir, ids...)
 }
 
 func devicesOf(s *oci.Spec) []string {

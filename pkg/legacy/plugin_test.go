@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi/cditest"
 )
 
 // wantDevices checks a ListAndWatch response: every share ID, in order,
@@ -179,33 +179,6 @@ func TestListAndWatchHealth(t *testing.T) {
 	wantDevices(t, k.list(t), pluginapi.Healthy)
 }
 
-// inject loads dir with the CDI library's own cache and injects ids into a
-// fresh OCI spec, as containerd does.
-func inject(t *testing.T, dir string, ids ...string) *oci.Spec {
-	t.Helper()
-	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if errs := cache.GetErrors(); len(errs) != 0 {
-		t.Fatalf("CDI cache errors: %v", errs)
-	}
-	spec := &oci.Spec{Process: &oci.Process{Env: []string{"PATH=/bin"}}, Linux: &oci.Linux{}}
-	if unresolved, err := cache.InjectDevices(spec, ids...); err != nil {
-		t.Fatalf("InjectDevices(%v): unresolved %v: %v", ids, unresolved, err)
-	}
-	return spec
-}
-
-func ociDev(name string, major, minor int64) oci.LinuxDevice {
-	mode := os.FileMode(0o666)
-	return oci.LinuxDevice{Path: "/dev/infiniband/" + name, Type: "c", Major: major, Minor: minor, FileMode: &mode}
-}
-
-func rule(major, minor int64) oci.LinuxDeviceCgroup {
-	return oci.LinuxDeviceCgroup{Allow: true, Type: "c", Major: &major, Minor: &minor, Access: "rw"}
-}
-
 func TestAllocate(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -244,13 +217,13 @@ func TestAllocate(t *testing.T) {
 			}
 
 			// What the container gets through CDI, device by device.
-			spec := inject(t, e.cdiDir, c.CdiDevices[0].Name)
-			wantDevs := []oci.LinuxDevice{ociDev("rdma_cm", 10, 58)}
-			wantRules := []oci.LinuxDeviceCgroup{rule(10, 58)}
+			spec := cditest.Inject(t, e.cdiDir, c.CdiDevices[0].Name)
+			wantDevs := []oci.LinuxDevice{cditest.Node("rdma_cm", 10, 58)}
+			wantRules := []oci.LinuxDeviceCgroup{cditest.Rule(10, 58)}
 			var names, perHCA, ucx []string
 			for _, i := range tt.hcas {
-				wantDevs = append(wantDevs, ociDev(fmt.Sprintf("uverbs%d", i), 231, 192+int64(i)))
-				wantRules = append(wantRules, rule(231, 192+int64(i)))
+				wantDevs = append(wantDevs, cditest.Node(fmt.Sprintf("uverbs%d", i), 231, 192+int64(i)))
+				wantRules = append(wantRules, cditest.Rule(231, 192+int64(i)))
 				names = append(names, fmt.Sprintf("mlx5_%d", i))
 				perHCA = append(perHCA, fmt.Sprintf("RDMA_DEVICE_MLX5_%d=/dev/infiniband/uverbs%d", i, i))
 				ucx = append(ucx, fmt.Sprintf("mlx5_%d:1", i))
