@@ -3,6 +3,9 @@ package slices
 import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 )
 
 const (
@@ -50,4 +53,23 @@ func legacyDevice(driver string, hcas int, shares int64) resourceapi.Device {
 	}
 	shared(&d, driver, shares)
 	return d
+}
+
+// TaintPortDown is the key of the taint on an HCA whose port is not ACTIVE.
+const TaintPortDown = "port-down"
+
+func portDownTaint(driver string, h *hca.HCA, since metav1.Time) resourceapi.DeviceTaint {
+	value := "unknown"
+	for _, p := range h.Ports {
+		if p.State != "ACTIVE" && p.State != "" {
+			value = p.State
+			break
+		}
+	}
+	return resourceapi.DeviceTaint{
+		Key:       driver + "/" + TaintPortDown,
+		Value:     value,
+		Effect:    resourceapi.DeviceTaintEffectNoSchedule,
+		TimeAdded: &since,
+	}
 }

@@ -40,6 +40,12 @@ type Options struct {
 	// that stands for all usable HCAs of the node, for rdma/hca through a
 	// DeviceClass with extendedResourceName (legacy route 2).
 	LegacyShares int64
+
+	// TaintedSince, when set, taints every HCA whose port is not ACTIVE
+	// with NoSchedule (key "<driver>/port-down"), so new claims avoid it
+	// while claims already on it stay. The map gives each tainted device's
+	// TimeAdded, which must not change between publishes; the caller keeps it.
+	TaintedSince map[string]metav1.Time
 }
 
 func (o Options) driverName() string {
@@ -130,6 +136,9 @@ func Devices(inv hca.Inventory, opts Options) []resourceapi.Device {
 		if opts.Shares > 0 {
 			shared(&devs[i], opts.driverName(), opts.Shares)
 		}
+		if since, ok := opts.TaintedSince[n.name]; ok && n.hca.Problem() != "" {
+			devs[i].Taints = []resourceapi.DeviceTaint{portDownTaint(opts.driverName(), n.hca, since)}
+		}
 	}
 	if opts.LegacyShares > 0 {
 		devs = append(devs, legacyDevice(opts.driverName(), len(p), opts.LegacyShares))
@@ -144,8 +153,13 @@ func split(devs []resourceapi.Device) [][]resourceapi.Device {
 	if len(devs) == 0 {
 		return [][]resourceapi.Device{nil}
 	}
+	size := maxDevicesPerSlice
+	if slices.ContainsFunc(devs, func(d resourceapi.Device) bool { return len(d.Taints) > 0 }) {
+		// Taints are an "advanced feature": such slices hold at most 64.
+		size = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
+	}
 	var out [][]resourceapi.Device
-	for c := range slices.Chunk(devs, maxDevicesPerSlice) {
+	for c := range slices.Chunk(devs, size) {
 		out = append(out, c)
 	}
 	return out

@@ -10,10 +10,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/blang/semver/v4"
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
@@ -628,5 +630,47 @@ func TestSharedAndLegacyDevices(t *testing.T) {
 		if dev.AllowMultipleAllocations != nil || dev.Capacity != nil || dev.Name == LegacyDeviceName {
 			t.Errorf("exclusive mode published %s as shared or legacy", dev.Name)
 		}
+	}
+}
+
+func TestPortDownTaint(t *testing.T) {
+	since := metav1.NewTime(time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC))
+	down := cx7()
+	down.Ports[0].State, down.Ports[0].PhysState = "DOWN", "Polling"
+	up := bf3()
+	inv := hca.Inventory{HCAs: []hca.HCA{down, up}}
+	devs := Devices(inv, Options{TaintedSince: map[string]metav1.Time{"mlx5-0": since}})
+	want := []resourceapi.DeviceTaint{{Key: "rdma.dra.dev/port-down", Value: "DOWN", Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &since}}
+	if diff := cmp.Diff(want, devs[0].Taints); diff != "" {
+		t.Errorf("taints of the DOWN HCA (-want +got):\n%s", diff)
+	}
+	if len(devs[1].Taints) != 0 {
+		t.Errorf("healthy HCA tainted: %v", devs[1].Taints)
+	}
+	// Without a time from the caller nothing is tainted (taints are opt-in).
+	if d := Devices(inv, Options{}); len(d[0].Taints) != 0 {
+		t.Errorf("taints without TaintedSince: %v", d[0].Taints)
+	}
+}
+
+func TestTaintedSlicesHoldAtMost64(t *testing.T) {
+	var inv hca.Inventory
+	since := map[string]metav1.Time{}
+	for i := range 100 {
+		h := cx7()
+		h.Name = fmt.Sprintf("mlx5_%d", i)
+		if i == 7 {
+			h.Ports[0].State = "DOWN"
+			since[DeviceName(h.Name)] = metav1.Now()
+		}
+		inv.HCAs = append(inv.HCAs, h)
+	}
+	res := Resources("n1", inv, Options{TaintedSince: since})
+	var sizes []int
+	for _, s := range res.Pools["n1"].Slices {
+		sizes = append(sizes, len(s.Devices))
+	}
+	if fmt.Sprint(sizes) != "[64 36]" {
+		t.Errorf("slice sizes with a tainted device = %v, want [64 36]", sizes)
 	}
 }
