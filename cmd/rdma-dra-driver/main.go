@@ -57,6 +57,8 @@ type options struct {
 	legacyRoute         string
 	legacyResourceName  string
 	legacyShares        int
+	taintUnhealthy      bool
+	portPollInterval    time.Duration
 	logging             *logsapi.LoggingConfiguration
 }
 
@@ -82,6 +84,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.legacyRoute, "legacy", "off", "serve rdma/hca for old manifests: off, device-plugin (kubelet device-plugin API) or dra (a DeviceClass with extendedResourceName)")
 	fs.StringVar(&o.legacyResourceName, "legacy-resource-name", legacy.DefaultResourceName, "extended resource name of the device-plugin route")
 	fs.IntVar(&o.legacyShares, "legacy-shares", legacy.DefaultShares, "how many rdma/hca pods a node takes")
+	fs.BoolVar(&o.taintUnhealthy, "taint-unhealthy", true, "taint HCAs whose port is not ACTIVE with rdma.dra.dev/port-down:NoSchedule")
+	fs.DurationVar(&o.portPollInterval, "port-poll-interval", 250*time.Millisecond, "how often port state files are checked between rescans; 0 disables")
 }
 
 // validateModes refuses combinations that would break the sharing
@@ -242,6 +246,8 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 		HostDevRoot:         o.devRoot,
 		AllowNonHostNetwork: o.allowNonHostNetwork,
 		RescanInterval:      o.rescanInterval,
+		TaintUnhealthy:      o.taintUnhealthy,
+		PortPollInterval:    o.portPollInterval,
 	}
 	if o.sharing == "shared" {
 		dcfg.Shares = o.sharesPerHCA

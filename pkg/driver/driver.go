@@ -20,6 +20,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
@@ -64,6 +65,12 @@ type Config struct {
 	// LegacyShares > 0 publishes the legacy device standing for all HCAs
 	// (--legacy=dra). Needs shared mode: its HCAs are shared.
 	LegacyShares int64
+	// TaintUnhealthy publishes a NoSchedule taint on HCAs whose port is not
+	// ACTIVE, removed when it recovers.
+	TaintUnhealthy bool
+	// PortPollInterval is how often the port state files are checked
+	// between rescans; zero disables the watcher.
+	PortPollInterval time.Duration
 	// PreserveSpecs are claim UIDs of CDI specs in the same directory that
 	// are not claims (the device-plugin shim's node-wide spec): start-up
 	// cleanup leaves them alone.
@@ -89,6 +96,9 @@ type Driver struct {
 
 	retryCh chan struct{}
 	onInv   func(hca.Inventory)
+
+	taintedSince  map[string]metav1.Time // by device name; guarded by mu
+	healthChanged chan struct{}          // closed on every inventory change; guarded by mu
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -138,6 +148,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Driver, error) {
 		metrics: deps.Metrics,
 		onInv:   deps.OnInventory,
 		retryCh: make(chan struct{}, 1),
+
+		healthChanged: make(chan struct{}),
 	}
 	if d.metrics == nil {
 		d.metrics = NewMetrics()

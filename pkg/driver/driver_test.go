@@ -54,6 +54,7 @@ type env struct {
 	bootID      string
 	allowNonHN  bool
 	storeOpts   []checkpoint.Option
+	portPoll    time.Duration
 	shares      int64 // shared mode when > 0
 	legacy      int64 // legacy device when > 0
 
@@ -110,7 +111,7 @@ func (e *env) start() {
 	drv, err := driver.New(ctx, driver.Config{
 		DriverName: driverName, NodeName: nodeName, HostDevRoot: e.node.DevRoot,
 		AllowNonHostNetwork: e.allowNonHN, RescanInterval: time.Hour,
-		Shares: e.shares, LegacyShares: e.legacy,
+		Shares: e.shares, LegacyShares: e.legacy, TaintUnhealthy: true, PortPollInterval: e.portPoll,
 	}, driver.Deps{
 		Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(e.node.SysfsRoot), hca.WithDevRoot(e.node.DevRoot), hca.WithReadFile(e.node.ReadFile)),
 		Pods:       podGetter{e.client},
@@ -130,6 +131,7 @@ func (e *env) start() {
 	if err := drv.SetPublisher(ctx, helper); err != nil {
 		e.t.Fatal(err)
 	}
+	go drv.Run(ctx)
 	e.drv, e.helper = drv, helper
 	conn, err := grpc.NewClient("unix://"+filepath.Join(e.pluginDir, "dra.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

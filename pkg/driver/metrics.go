@@ -20,6 +20,8 @@ type Metrics struct {
 	publishedDevices  *metrics.Gauge
 	publishes         *metrics.Counter
 	backgroundErrors  *metrics.CounterVec
+	deviceHealthy     *metrics.GaugeVec
+	lastPublish       *metrics.Gauge
 }
 
 const namespace = "rdma_dra"
@@ -43,9 +45,13 @@ func NewMetrics() *Metrics {
 			Help: "ResourceSlice publishes (only changed inventories are published).", StabilityLevel: metrics.ALPHA}),
 		backgroundErrors: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: namespace, Name: "background_errors_total",
 			Help: "Errors outside of gRPC calls, by kind (publish, discovery, checkpoint, cdi).", StabilityLevel: metrics.ALPHA}, []string{"kind"}),
+		deviceHealthy: metrics.NewGaugeVec(&metrics.GaugeOpts{Namespace: namespace, Name: "device_healthy",
+			Help: "1 when every port of the device is ACTIVE with its link up, 0 otherwise.", StabilityLevel: metrics.ALPHA}, []string{"device"}),
+		lastPublish: metrics.NewGauge(&metrics.GaugeOpts{Namespace: namespace, Name: "last_publish_timestamp_seconds",
+			Help: "When ResourceSlices were last handed to the publisher (time since = now - this).", StabilityLevel: metrics.ALPHA}),
 	}
 	m.Registry.MustRegister(m.prepareTotal, m.prepareDuration, m.unprepareTotal, m.unprepareDuration,
-		m.publishedDevices, m.publishes, m.backgroundErrors)
+		m.publishedDevices, m.publishes, m.backgroundErrors, m.deviceHealthy, m.lastPublish)
 	return m
 }
 

@@ -32,6 +32,10 @@ func (d *Driver) rescan(ctx context.Context) (bool, error) {
 	changed := !apiequality.Semantic.DeepEqual(d.inv, inv)
 	old := d.inv
 	d.inv, d.byDevice = inv, byDevice
+	if changed {
+		d.updateTaintsLocked(time.Now())
+		d.notifyHealthLocked()
+	}
 	d.mu.Unlock()
 	if changed {
 		logInventory(klog.FromContext(ctx), old, inv)
@@ -79,6 +83,7 @@ func logInventory(logger klog.Logger, old, inv hca.Inventory) {
 func (d *Driver) resourcesLocked() resourceslice.DriverResources {
 	return rslices.Resources(d.cfg.NodeName, d.inv, rslices.Options{
 		DriverName: d.cfg.DriverName, Shares: d.cfg.Shares, LegacyShares: d.cfg.LegacyShares,
+		TaintedSince: d.taintedSince,
 	})
 }
 
@@ -113,6 +118,7 @@ func (d *Driver) publish(ctx context.Context) error {
 		}
 	}
 	d.metrics.publishes.Inc()
+	d.metrics.lastPublish.SetToCurrentTime()
 	d.metrics.publishedDevices.Set(float64(devices))
 	klog.FromContext(ctx).V(2).Info("Published ResourceSlices", "devices", devices)
 	return nil
@@ -128,6 +134,9 @@ func (d *Driver) Run(ctx context.Context) {
 	}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
+	if ps, ok := d.source.(PortStater); ok && d.cfg.PortPollInterval > 0 {
+		go d.watchPorts(ctx, d.cfg.PortPollInterval, ps)
+	}
 	var retry <-chan time.Time
 	for {
 		select {
@@ -198,11 +207,6 @@ func (d *Driver) resetBackoff() {
 	d.mu.Lock()
 	d.backoff = 0
 	d.mu.Unlock()
-}
-
-// WatchHealthStatus is not implemented yet: the kubelet stops asking.
-func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
 }
 
 // Rescan rediscovers the node now and republishes if anything changed. Run
