@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -29,7 +30,13 @@ func (p *countingPublisher) PublishResources(context.Context, resourceslice.Driv
 	return nil
 }
 
-func newTestDriver(t *testing.T) *Driver {
+func newTestDriver(t testing.TB) *Driver {
+	d, _ := newTestDriverOn(t, 0)
+	return d
+}
+
+// newTestDriverOn returns a driver on a simulated softroce node.
+func newTestDriverOn(t testing.TB, portPoll time.Duration) (*Driver, *hcatest.Node) {
 	t.Helper()
 	dir := t.TempDir()
 	spec, _ := hcatest.Preset("softroce")
@@ -37,7 +44,8 @@ func newTestDriver(t *testing.T) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(context.Background(), Config{DriverName: "rdma.dra.dev", NodeName: "vm01", AllowNonHostNetwork: true}, Deps{
+	d, err := New(context.Background(), Config{DriverName: "rdma.dra.dev", NodeName: "vm01", AllowNonHostNetwork: true,
+		TaintUnhealthy: true, PortPollInterval: portPoll, RescanInterval: time.Hour}, Deps{
 		Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(node.SysfsRoot), hca.WithDevRoot(node.DevRoot)),
 		SpecDir:    cdi.NewSpecDir(filepath.Join(dir, "cdi")),
 		Checkpoint: checkpoint.NewStore(filepath.Join(dir, "checkpoint.json")),
@@ -45,7 +53,7 @@ func newTestDriver(t *testing.T) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d
+	return d, node
 }
 
 // TestHandleError: a refused publish (dropped fields, invalid slice) is

@@ -132,7 +132,9 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 // well within a second, without a full discovery several times a second.
 func (d *Driver) watchPorts(ctx context.Context, interval time.Duration, ports PortStater) {
 	logger := klog.FromContext(ctx)
-	last, _ := ports.PortStates()
+	// No baseline: the first tick rescans once, so a change between the
+	// last discovery and this watcher's start is not missed.
+	var last map[string]string
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
@@ -142,7 +144,7 @@ func (d *Driver) watchPorts(ctx context.Context, interval time.Duration, ports P
 		case <-ticker.C:
 		}
 		cur, err := ports.PortStates()
-		if err != nil || equalStates(cur, last) {
+		if err != nil || (last != nil && equalStates(cur, last)) {
 			continue
 		}
 		last = cur
