@@ -1,0 +1,169 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
+)
+
+// renderChart renders the Helm chart with the Helm Go SDK (test/helmrender,
+// its own module) into a file.
+func renderChart(t *testing.T, values string) string {
+	t.Helper()
+	root := cluster.RepoRoot()
+	cmd := exec.Command("go", "run", ".", "--chart", filepath.Join(root, "deployments", "helm", "rdma-dra-driver"),
+		"--namespace", "rdma-system", "--values", values)
+	cmd.Dir = filepath.Join(root, "test", "helmrender")
+	out, err := cmd.Output()
+	if err != nil {
+		stderr := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("rendering the chart with %s: %v\n%s", values, err, stderr)
+	}
+	f := filepath.Join(t.TempDir(), "chart.yaml")
+	if err := os.WriteFile(f, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestChartAcceptedAndPoliciesAct: for each values case every rendered
+// object passes the real API server's validation and admission (server-side
+// dry-run); then, installed for real, the pod policy denies an RDMA pod
+// without IPC_LOCK and the slice policy refuses a daemon's token writing
+// another node's ResourceSlice.
+func TestChartAcceptedAndPoliciesAct(t *testing.T) {
+	cp, err := cluster.StartControlPlane(t, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Stop()
+	ctx := context.Background()
+	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rdma-system"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, values := range []string{
+		`{}`,
+		`{"sharing":"shared","legacy":{"route":"dra"}}`,
+		`{"sharing":"shared","legacy":{"route":"device-plugin"},"allowNonHostNetwork":true}`,
+		`{"policies":{"podRDMA":{"action":"Deny","claimTemplates":["ib-400g"]}},"logging":{"format":"json"}}`,
+	} {
+		objs, err := cluster.ApplyFiles(ctx, cp.Config, true, renderChart(t, values))
+		if err != nil {
+			t.Errorf("values %s: %v", values, err)
+			continue
+		}
+		if len(objs) < 10 {
+			t.Errorf("values %s: only %d objects", values, len(objs))
+		}
+	}
+
+	if _, err := cluster.ApplyFiles(ctx, cp.Config, false, renderChart(t, `{"policies":{"podRDMA":{"action":"Deny"}}}`)); err != nil {
+		t.Fatal(err)
+	}
+
+	// The pod policy: rdma/hca without IPC_LOCK is denied, with it admitted.
+	rdmaPod := func(name string, caps ...corev1.Capability) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: corev1.PodSpec{HostNetwork: true, Containers: []corev1.Container{{
+				Name: "main", Image: "busybox",
+				Resources:       corev1.ResourceRequirements{Limits: corev1.ResourceList{"rdma/hca": resource.MustParse("1")}},
+				SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: caps}},
+			}}},
+		}
+	}
+	waitFor(t, "the pod policy to deny", func() (bool, string) {
+		_, err := cp.Client.CoreV1().Pods("default").Create(ctx, rdmaPod(fmt.Sprintf("no-ipc-lock-%d", time.Now().UnixNano())), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "need securityContext.capabilities.add: [IPC_LOCK]") && strings.Contains(err.Error(), "main"), fmt.Sprint(err)
+	})
+	if _, err := cp.Client.CoreV1().Pods("default").Create(ctx, rdmaPod("with-ipc-lock", "IPC_LOCK", "SYS_RESOURCE"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("a pod with IPC_LOCK was refused: %v", err)
+	}
+	plain := rdmaPod("podnet", "IPC_LOCK")
+	plain.Spec.HostNetwork = false
+	if _, err := cp.Client.CoreV1().Pods("default").Create(ctx, plain, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil || !strings.Contains(err.Error(), "allowNonHostNetwork=true") {
+		t.Errorf("a non-hostNetwork RDMA pod: err %v, want the hostNetwork message", err)
+	}
+
+	// The slice policy: a token of the daemon's service account, bound to a
+	// pod on node n1, may write n1's slices and not n2's.
+	client := daemonClient(t, cp, "n1")
+	slice := func(node string) *resourceapi.ResourceSlice {
+		return &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: node + "-rdma"},
+			Spec: resourceapi.ResourceSliceSpec{Driver: "rdma.dra.dev", NodeName: &node,
+				Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}},
+		}
+	}
+	waitFor(t, "the slice policy to refuse another node", func() (bool, string) {
+		_, err := client.ResourceV1().ResourceSlices().Create(ctx, slice("n2"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "on node n1 may not write ResourceSlices of node n2"), fmt.Sprint(err)
+	})
+	if _, err := client.ResourceV1().ResourceSlices().Create(ctx, slice("n1"), metav1.CreateOptions{}); err != nil {
+		t.Errorf("the daemon on n1 could not write n1's slice: %v", err)
+	}
+}
+
+// daemonClient returns a client with a token of the chart's service
+// account bound to a pod scheduled on node, as the DaemonSet pod has.
+func daemonClient(t *testing.T, cp *cluster.ControlPlane, node string) kubernetes.Interface {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := cp.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := cp.Client.CoreV1().Pods("rdma-system").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "rdma-node-" + node},
+		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: "rdma-node",
+			Containers: []corev1.Container{{Name: "driver", Image: "rdma-dra-driver"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cp.Client.CoreV1().ServiceAccounts("rdma-system").CreateToken(ctx, "rdma-node", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.AnonymousClientConfig(cp.Config)
+	cfg.BearerToken = tr.Status.Token
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		ok, s := cond()
+		if ok {
+			return
+		}
+		last = s
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s; last: %s", what, last)
+}
