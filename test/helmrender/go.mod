@@ -2,7 +2,10 @@ module github.com/rdma-dra/rdma-dra-driver/test/helmrender
 
 go 1.26.0
 
-require helm.sh/helm/v4 v4.3.2
+require (
+	helm.sh/helm/v4 v4.3.2
+	sigs.k8s.io/yaml v1.6.0
+)
 
 require (
 	dario.cat/mergo v1.0.1 // indirect
@@ -64,5 +67,4 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )

@@ -1,8 +1,13 @@
 package main
 
 import (
+	"encoding/json"
+	"os"
+	"sort"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 )
 
 const chart = "../../deployments/helm/rdma-dra-driver"
@@ -48,4 +53,45 @@ func TestRenderMatrix(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestStaticDeviceClassesMatchChart: deployments/deviceclass*.yaml (for
+// kubectl users) are what the chart renders; they must not drift.
+func TestStaticDeviceClassesMatchChart(t *testing.T) {
+	out, err := render(chart, "rdma", "rdma-system", `{"sharing":"shared","legacy":{"route":"dra"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered := deviceClasses(t, out)
+	var static []string
+	for _, f := range []string{"../../deployments/deviceclasses.yaml", "../../deployments/deviceclass-legacy.yaml"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		static = append(static, deviceClasses(t, string(b))...)
+	}
+	sort.Strings(static)
+	if strings.Join(rendered, "\n") != strings.Join(static, "\n") {
+		t.Errorf("chart DeviceClasses:\n%s\n\nstatic files:\n%s", strings.Join(rendered, "\n"), strings.Join(static, "\n"))
+	}
+}
+
+// deviceClasses returns each DeviceClass document as canonical JSON, sorted.
+func deviceClasses(t *testing.T, multi string) []string {
+	t.Helper()
+	var out []string
+	for _, doc := range strings.Split(multi, "\n---") {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		if obj["kind"] != "DeviceClass" {
+			continue
+		}
+		b, _ := json.Marshal(obj)
+		out = append(out, string(b))
+	}
+	sort.Strings(out)
+	return out
 }
