@@ -31,10 +31,12 @@ test-e2e:
 	cd test/helmrender && $(GO) test -count=1 ./...
 	cd test && $(GO) test -count=1 -timeout 30m ./...
 
-# Until the in-process cluster lands, the demo simulates a DGX H100 node and
-# shows what the driver discovers and would publish.
+# The demo: rdmactl on a simulated DGX H100 node, then the same node in an
+# in-process Kubernetes 1.37 cluster running the seed's Jobs (DRA and
+# rdma/hca) in real containers. DEMO_FLAGS=--keep leaves it up for kubectl.
 demo: build
 	BIN=$(BIN) ./demo/run.sh
+	cd test && $(GO) run ./cmd/rdma-demo $(DEMO_FLAGS) 2>$(or $(DEMO_LOG),/dev/null)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -1,0 +1,261 @@
+// Command rdma-demo is `make demo`: a Kubernetes 1.37 control plane in this
+// process (etcd, kube-apiserver, scheduler, controllers), a simulated RDMA
+// node (dgx-h100) served by the real rdma-dra-driver binary and a node agent
+// built from the kubelet's DRA manager that runs containers with runc. It
+// applies demo/specs and prints what a person wants to see.
+//
+//	rdma-demo [--keep] [--preset dgx-h100]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
+	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
+)
+
+const nodeName = "dgx01"
+
+func main() {
+	keep := flag.Bool("keep", false, "leave the cluster running for kubectl until Ctrl-C")
+	preset := flag.String("preset", "dgx-h100", "simulated node: "+strings.Join(hcatest.PresetNames(), ", "))
+	flag.Parse()
+	if err := run(*preset, *keep); err != nil {
+		fmt.Fprintln(os.Stderr, "rdma-demo:", err)
+		os.Exit(1)
+	}
+}
+
+func step(format string, args ...any) { fmt.Printf("\n== "+format+"\n", args...) }
+
+func run(preset string, keep bool) error {
+	dir, err := os.MkdirTemp("", "rdma-demo-")
+	if err != nil {
+		return err
+	}
+	logFile, err := os.Create(filepath.Join(dir, "cluster.log"))
+	if err != nil {
+		return err
+	}
+	h := cluster.NewHarness(logFile, dir)
+	defer func() {
+		h.Close()
+		if !keep {
+			os.RemoveAll(dir)
+		}
+	}()
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+
+	step("starting Kubernetes 1.37 in this process (etcd, kube-apiserver, scheduler, controllers)")
+	cp, err := cluster.StartControlPlane(h, filepath.Join(dir, "cp"))
+	if err != nil {
+		return err
+	}
+	h.Cleanup(cp.Stop)
+	if err := cluster.StartControllers(ctx, cp); err != nil {
+		return err
+	}
+	if err := cluster.StartScheduler(ctx, cp); err != nil {
+		return err
+	}
+
+	step("simulating node %s (%s) and starting rdma-dra-driver on it (--sharing=shared --legacy=dra)", nodeName, preset)
+	spec, err := hcatest.Preset(preset)
+	if err != nil {
+		return err
+	}
+	node, err := hcatest.Build(filepath.Join(dir, "node"), spec)
+	if err != nil {
+		return err
+	}
+	binary, err := cluster.BuildDriver(dir)
+	if err != nil {
+		return err
+	}
+	kubeletDir, cdiDir := filepath.Join(dir, "kubelet"), filepath.Join(dir, "cdi")
+	drv, err := cluster.StartDriver(binary, "--node-name="+nodeName, "--kubeconfig="+cp.Kubeconfig,
+		"--sysfs-root="+node.SysfsRoot, "--dev-root="+node.DevRoot, "--cdi-root="+cdiDir,
+		"--kubelet-root-dir="+kubeletDir, "--sharing=shared", "--legacy=dra",
+		"--metrics-address=127.0.0.1:0", "--healthz-address=127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	h.Cleanup(func() { _ = drv.Stop() })
+
+	runnable, why := cluster.RuntimeAvailable()
+	rootfs := ""
+	if runnable {
+		if rootfs, err = cluster.Rootfs(filepath.Join(dir, "rootfs")); err != nil {
+			return err
+		}
+	} else {
+		fmt.Printf("note: containers cannot run here (%s): the demo shows the published devices only\n", why)
+	}
+	if !runnable {
+		if err := waitFor(ctx, "the node's ResourceSlice", func() (bool, error) {
+			l, err := cp.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+			return err == nil && len(l.Items) > 0, err
+		}); err != nil {
+			return err
+		}
+		printSlices(ctx, cp)
+		fmt.Println("\nno container runtime: the Jobs of demo/specs were not run (install runc and busybox-static, run as root)")
+		return nil
+	}
+	agent, err := cluster.StartNodeAgent(ctx, cp, cluster.NodeAgentConfig{
+		NodeName: nodeName, KubeletDir: kubeletDir, CDIDir: cdiDir,
+		RuncRoot: filepath.Join(dir, "runc"), BundleDir: filepath.Join(dir, "bundles"), Rootfs: rootfs,
+		Allocatable: corev1.ResourceList{"cpu": resource.MustParse("8"), "memory": resource.MustParse("64Gi"), "pods": resource.MustParse("110")},
+	})
+	if err != nil {
+		return err
+	}
+	h.Cleanup(agent.Stop)
+
+	if err := waitFor(ctx, "the node's ResourceSlice", func() (bool, error) {
+		l, err := cp.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		return err == nil && len(l.Items) > 0, err
+	}); err != nil {
+		return err
+	}
+	printSlices(ctx, cp)
+
+	root := cluster.RepoRoot()
+	step("applying deployments/deviceclass*.yaml and demo/specs/{10-job-dra,20-job-legacy}.yaml")
+	if _, err := cluster.ApplyFiles(ctx, cp.Config, false,
+		filepath.Join(root, "deployments", "deviceclasses.yaml"), filepath.Join(root, "deployments", "deviceclass-legacy.yaml"),
+		filepath.Join(root, "demo", "specs", "10-job-dra.yaml"), filepath.Join(root, "demo", "specs", "20-job-legacy.yaml")); err != nil {
+		return err
+	}
+	for _, job := range []string{"hps-benchmark", "hps-benchmark-legacy"} {
+		if err := showJob(ctx, cp, agent, job, runnable); err != nil {
+			return err
+		}
+	}
+	if keep {
+		step("the cluster keeps running: export KUBECONFIG=%s  (Ctrl-C ends it; files in %s)", cp.Kubeconfig, dir)
+		<-ctx.Done()
+	}
+	return nil
+}
+
+func waitFor(ctx context.Context, what string, cond func() (bool, error)) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	var last error
+	for time.Now().Before(deadline) {
+		if ok, err := cond(); ok {
+			return nil
+		} else if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("timed out waiting for %s (last error: %v)", what, last)
+}
+
+func attr(d resourceapi.Device, name string) string {
+	a, ok := d.Attributes[resourceapi.QualifiedName(name)]
+	switch {
+	case !ok:
+		return "-"
+	case a.StringValue != nil:
+		return *a.StringValue
+	case a.IntValue != nil:
+		return fmt.Sprint(*a.IntValue)
+	case a.BoolValue != nil:
+		return fmt.Sprint(*a.BoolValue)
+	case a.VersionValue != nil:
+		return *a.VersionValue
+	}
+	return "-"
+}
+
+func printSlices(ctx context.Context, cp *cluster.ControlPlane) {
+	step("kubectl get resourceslices (the devices the driver published)")
+	l, _ := cp.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "DEVICE\tIBDEV\tMODEL\tLINK\tGBPS\tSTATE\tNUMA\tPCIE-ROOT\tSHARES")
+	for _, s := range l.Items {
+		for _, d := range s.Spec.Devices {
+			shares := "-"
+			if c, ok := d.Capacity["rdma.dra.dev/shares"]; ok {
+				shares = c.Value.String()
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, attr(d, "rdma.dra.dev/ibdev"), attr(d, "rdma.dra.dev/model"),
+				attr(d, "rdma.dra.dev/linkLayer"), attr(d, "rdma.dra.dev/rateGbps"), attr(d, "rdma.dra.dev/portState"),
+				attr(d, "resource.kubernetes.io/numaNode"), attr(d, "resource.kubernetes.io/pcieRoot"), shares)
+		}
+	}
+	tw.Flush()
+}
+
+func showJob(ctx context.Context, cp *cluster.ControlPlane, agent *cluster.NodeAgent, name string, runnable bool) error {
+	step("Job %s", name)
+	var pod corev1.Pod
+	if err := waitFor(ctx, "job "+name+" to finish", func() (bool, error) {
+		j, err := cp.Client.BatchV1().Jobs("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range j.Status.Conditions {
+			if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+				pods, err := cp.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + name})
+				if err != nil || len(pods.Items) == 0 {
+					return false, err
+				}
+				pod = pods.Items[0]
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		return err
+	}
+	fmt.Printf("pod %s: %s\n", pod.Name, pod.Status.Phase)
+	claims, _ := cp.Client.ResourceV1().ResourceClaims("default").List(ctx, metav1.ListOptions{})
+	for _, c := range claims.Items {
+		owned := false
+		for _, o := range c.OwnerReferences {
+			owned = owned || o.UID == pod.UID
+		}
+		if !owned || c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			share := ""
+			if r.ShareID != nil {
+				share = " share " + string(*r.ShareID)
+			}
+			fmt.Printf("claim %s: request %q got %s/%s/%s%s\n", c.Name, r.Request, r.Driver, r.Pool, r.Device, share)
+		}
+	}
+	if runnable {
+		out := strings.TrimSpace(agent.Logs("default", pod.Name, "hps-benchmark"))
+		lines := strings.Split(out, "\n")
+		fmt.Println("container output (ls /dev/infiniband; RDMA/NCCL/UCX env; CapEff):")
+		for _, l := range lines {
+			fmt.Println("  " + l)
+		}
+	}
+	return nil
+}
