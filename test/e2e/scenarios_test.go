@@ -29,6 +29,7 @@ type world struct {
 	args   []string
 	cdiDir string
 	proc   *cluster.DriverProcess
+	sim    *hcatest.Node
 }
 
 func newWorld(t *testing.T, driverArgs ...string) *world {
@@ -63,7 +64,7 @@ func newWorld(t *testing.T, driverArgs ...string) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{t: t, cp: cp, binary: binary, cdiDir: filepath.Join(dir, "cdi")}
+	w := &world{t: t, cp: cp, binary: binary, cdiDir: filepath.Join(dir, "cdi"), sim: sim}
 	kubelet := filepath.Join(dir, "k")
 	w.args = append([]string{"--node-name=" + nodeName, "--kubeconfig=" + cp.Kubeconfig,
 		"--sysfs-root=" + sim.SysfsRoot, "--dev-root=" + sim.DevRoot, "--cdi-root=" + w.cdiDir,
@@ -409,4 +410,40 @@ func TestScenarioDriverSIGKILL(t *testing.T) {
 		}
 		return len(entries) == 0, strings.Join(names, " ")
 	})
+}
+
+// Health: with seven of the eight InfiniBand ports DOWN, a new claim gets
+// the one healthy IB HCA: the port-down taints keep the scheduler off the rest.
+func TestScenarioPortDownKeepsPodsOff(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	for i := range 7 {
+		if err := w.sim.SetPortState(fmt.Sprintf("mlx5_%d", i), 1, "1: DOWN", "2: Polling"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.wait("seven tainted devices", time.Minute, func() (bool, string) {
+		l, err := w.cp.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		n := 0
+		for _, s := range l.Items {
+			for _, d := range s.Spec.Devices {
+				if len(d.Taints) > 0 && d.Taints[0].Key == "rdma.dra.dev/port-down" {
+					n++
+				}
+			}
+		}
+		return n == 7, fmt.Sprintf("%d tainted", n)
+	})
+	w.createClaimPod(claimPod("healthy", true, "ls /dev/infiniband"))
+	w.wait("the pod to succeed", 2*time.Minute, func() (bool, string) {
+		p, err := w.cp.Client.CoreV1().Pods("default").Get(ctx, "healthy", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodSucceeded, fmt.Sprint(err)
+	})
+	got := infinibandListing(w.agent.Logs("default", "healthy", "c"))
+	if strings.Join(got, " ") != "rdma_cm uverbs7" {
+		t.Errorf("pod sees %v, want the one healthy IB HCA (uverbs7)", got)
+	}
 }
