@@ -90,7 +90,7 @@ func TestChartAcceptedAndPoliciesAct(t *testing.T) {
 			}}},
 		}
 	}
-	waitFor(t, "the pod policy to deny", func() (bool, string) {
+	waitFor(t, "the pod policy to deny", 30*time.Second, func() (bool, string) {
 		_, err := cp.Client.CoreV1().Pods("default").Create(ctx, rdmaPod(fmt.Sprintf("no-ipc-lock-%d", time.Now().UnixNano())), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err != nil && strings.Contains(err.Error(), "need securityContext.capabilities.add: [IPC_LOCK]") && strings.Contains(err.Error(), "main"), fmt.Sprint(err)
 	})
@@ -113,7 +113,7 @@ func TestChartAcceptedAndPoliciesAct(t *testing.T) {
 				Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}},
 		}
 	}
-	waitFor(t, "the slice policy to refuse another node", func() (bool, string) {
+	waitFor(t, "the slice policy to refuse another node", 30*time.Second, func() (bool, string) {
 		_, err := client.ResourceV1().ResourceSlices().Create(ctx, slice("n2"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err != nil && strings.Contains(err.Error(), "on node n1 may not write ResourceSlices of node n2"), fmt.Sprint(err)
 	})
@@ -153,9 +153,10 @@ func daemonClient(t *testing.T, cp *cluster.ControlPlane, node string) kubernete
 	return c
 }
 
-func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+// waitFor polls cond until it holds or d passes; cond says what it saw.
+func waitFor(t *testing.T, what string, d time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(d)
 	var last string
 	for time.Now().Before(deadline) {
 		ok, s := cond()

@@ -113,17 +113,7 @@ func (w *world) startDriver() {
 
 func (w *world) wait(what string, d time.Duration, cond func() (bool, string)) {
 	w.t.Helper()
-	deadline := time.Now().Add(d)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, s := cond()
-		if ok {
-			return
-		}
-		last = s
-		time.Sleep(100 * time.Millisecond)
-	}
-	w.t.Fatalf("timed out waiting for %s; last: %s", what, last)
+	waitFor(w.t, what, d, cond)
 }
 
 func (w *world) apply(files ...string) {
