@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 
+	"github.com/rdma-dra/rdma-dra-driver/internal/atomicfile"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
@@ -91,11 +91,11 @@ type ClaimDevice struct {
 // devices, duplicate names, relative device paths, character or block nodes
 // without a major number (the runtime would stat the host node).
 //
-// The write is atomic and durable: a temporary file in the same directory,
-// fsync, rename, fsync of the directory. The library's Cache.WriteSpec is
-// not used because it does neither fsync and creates files 0600; files here
-// are 0644. A failed write leaves no temporary file and the old file, if
-// any, in place.
+// The write is atomic and durable (atomicfile.Write: a temporary file in
+// the same directory, fsync, rename, fsync of the directory). The library's
+// Cache.WriteSpec is not used because it does neither fsync and creates
+// files 0600; files here are 0644. A failed write leaves no temporary file
+// and the old file, if any, in place.
 func (d *SpecDir) WriteClaim(claimUID string, common cdispec.ContainerEdits, devices []ClaimDevice) error {
 	if err := checkClaimUID(claimUID); err != nil {
 		return err
@@ -112,14 +112,31 @@ func (d *SpecDir) WriteClaim(claimUID string, common cdispec.ContainerEdits, dev
 	if err := os.MkdirAll(d.dir, dirMode); err != nil {
 		return fmt.Errorf("CDI spec dir: %w", err)
 	}
-	if err := writeAtomic(path, data); err != nil {
+	err = atomicfile.Write(path, data,
+		atomicfile.WithMode(fileMode),
+		atomicfile.WithTempPattern(tempPattern(path)),
+		atomicfile.WithValidate(loadsInCDI))
+	if err != nil {
 		return fmt.Errorf("CDI spec for claim %s: %w", claimUID, err)
 	}
 	legacy := strings.TrimSuffix(path, specExt) + legacyExt
-	if err := os.Remove(legacy); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	switch err := os.Remove(legacy); {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
 		return fmt.Errorf("CDI spec for claim %s: removing the old %s: %w", claimUID, legacy, err)
 	}
-	return syncDir(d.dir)
+	if err := atomicfile.SyncDir(d.dir); err != nil {
+		return fmt.Errorf("CDI spec for claim %s: %w", claimUID, err)
+	}
+	return nil
+}
+
+// tempPattern names WriteClaim's temporary files for the spec file at path
+// (see atomicfile.WithTempPattern): hidden, "."+base+"."+random+".tmp",
+// which RemoveClaim matches when it cleans up after a crash.
+func tempPattern(path string) string {
+	return "." + filepath.Base(path) + ".*" + tmpExt
 }
 
 // RemoveClaim removes claimUID's spec file, and any temporary file a crash
@@ -138,6 +155,7 @@ func (d *SpecDir) RemoveClaim(claimUID string) error {
 		return fmt.Errorf("CDI spec dir: %w", err)
 	}
 	for _, e := range entries {
+		// What tempPattern makes.
 		if n := e.Name(); strings.HasPrefix(n, "."+base+".") && strings.HasSuffix(n, tmpExt) {
 			names = append(names, n)
 		}
@@ -155,7 +173,10 @@ func (d *SpecDir) RemoveClaim(claimUID string) error {
 	if !removed {
 		return nil
 	}
-	return syncDir(d.dir)
+	if err := atomicfile.SyncDir(d.dir); err != nil {
+		return fmt.Errorf("removing CDI spec of claim %s: %w", claimUID, err)
+	}
+	return nil
 }
 
 // ClaimUIDs returns the UIDs of the claims that have a spec file in the
@@ -261,52 +282,10 @@ func marshalSpec(spec *cdispec.Spec) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// writeAtomic puts data at path, after checking the CDI library loads it.
-func writeAtomic(path string, data []byte) (err error) {
-	dir, base := filepath.Split(path)
-	f, err := os.CreateTemp(dir, "."+base+".*"+tmpExt)
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return fmt.Errorf("writing %s: %w", tmp, err)
-	}
-	if err = f.Chmod(fileMode); err != nil {
-		return fmt.Errorf("chmod %s: %w", tmp, err)
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", tmp, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("closing %s: %w", tmp, err)
-	}
-	if _, err = cdiapi.ReadSpec(tmp, 0); err != nil {
-		return fmt.Errorf("spec for %s rejected by the CDI library: %w", path, err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return nil
-}
-
-// syncDir makes a rename or removal in dir durable.
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("fsync CDI spec dir: %w", err)
-	}
-	defer f.Close()
-	// Some filesystems cannot sync a directory; their renames are then as
-	// durable as they get.
-	if err := f.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOTSUP) {
-		return fmt.Errorf("fsync CDI spec dir %s: %w", dir, err)
+// loadsInCDI checks that the CDI library reads the spec file at path.
+func loadsInCDI(path string) error {
+	if _, err := cdiapi.ReadSpec(path, 0); err != nil {
+		return fmt.Errorf("rejected by the CDI library: %w", err)
 	}
 	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/rdma-dra/rdma-dra-driver/internal/atomicfile"
 )
 
 // Store reads and writes one checkpoint file. It is safe for concurrent use
@@ -101,10 +103,17 @@ func (s *Store) removeStaleTemps() {
 	}
 }
 
-// tempPattern is the name of Save's temp files, hidden and specific to
-// this file so nothing else in the directory matches.
+// tempPattern matches Save's temp files (see tempName) in the file's
+// directory.
 func (s *Store) tempPattern() string {
-	return filepath.Join(filepath.Dir(s.path), "."+filepath.Base(s.path)+".tmp-*")
+	return filepath.Join(filepath.Dir(s.path), tempName(s.path))
+}
+
+// tempName is the name pattern of Save's temp files for the checkpoint at
+// path (see atomicfile.WithTempPattern), hidden and specific to this file
+// so nothing else in the directory matches.
+func tempName(path string) string {
+	return "." + filepath.Base(path) + ".tmp-*"
 }
 
 // Save replaces the file with cp, atomically: a reader, even after a crash,
@@ -142,51 +151,13 @@ func (s *Store) saveLocked(cp Checkpoint, unlessSame bool) error {
 	return nil
 }
 
-func (s *Store) writeFile(b []byte) (err error) {
-	dir := filepath.Dir(s.path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(s.path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("saving the checkpoint %s: %w", s.path, err)
+func (s *Store) writeFile(b []byte) error {
+	opts := []atomicfile.Option{atomicfile.WithTempPattern(tempName(s.path))}
+	if !s.fsync {
+		opts = append(opts, atomicfile.WithoutSync())
 	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close() // a second Close only errors
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(b); err != nil {
-		return fmt.Errorf("saving the checkpoint %s: writing %s: %w", s.path, tmp, err)
-	}
-	if s.fsync {
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("saving the checkpoint %s: fsync of %s: %w", s.path, tmp, err)
-		}
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("saving the checkpoint %s: closing %s: %w", s.path, tmp, err)
-	}
-	if err := os.Rename(tmp, s.path); err != nil {
+	if err := atomicfile.Write(s.path, b, opts...); err != nil {
 		return fmt.Errorf("saving the checkpoint: %w", err)
-	}
-	if s.fsync {
-		if err := syncDir(dir); err != nil {
-			// Renamed already: the temp name is gone, the new file is in
-			// place but may not survive a power loss.
-			return fmt.Errorf("saving the checkpoint %s: %w", s.path, err)
-		}
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("fsync of directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync of directory %s: %w", dir, err)
 	}
 	return nil
 }
@@ -237,7 +208,7 @@ func (s *Store) Quarantine() (string, error) {
 	}
 	s.cur, s.onDisk, s.loaded = Checkpoint{Claims: map[string]Claim{}}, nil, true
 	if s.fsync {
-		if err := syncDir(filepath.Dir(s.path)); err != nil {
+		if err := atomicfile.SyncDir(filepath.Dir(s.path)); err != nil {
 			return target, fmt.Errorf("moved the checkpoint aside to %s, but: %w", target, err)
 		}
 	}
