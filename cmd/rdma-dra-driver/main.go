@@ -32,6 +32,7 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/driver"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/kevents"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/legacy"
 )
 
@@ -59,6 +60,7 @@ type options struct {
 	legacyShares        int
 	taintUnhealthy      bool
 	portPollInterval    time.Duration
+	kernelEvents        bool
 	logging             *logsapi.LoggingConfiguration
 }
 
@@ -86,6 +88,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.legacyShares, "legacy-shares", legacy.DefaultShares, "how many rdma/hca pods a node takes")
 	fs.BoolVar(&o.taintUnhealthy, "taint-unhealthy", true, "taint HCAs whose port is not ACTIVE with rdma.dra.dev/port-down:NoSchedule")
 	fs.DurationVar(&o.portPollInterval, "port-poll-interval", 250*time.Millisecond, "how often port state files are checked between rescans; 0 disables")
+	fs.BoolVar(&o.kernelEvents, "kernel-events", true, "rescan on netlink link messages and uevents (netdev renames, HCAs added or removed); needs the host network namespace")
 }
 
 // validateModes refuses combinations that would break the sharing
@@ -240,6 +243,16 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 	if pods != nil {
 		deps.Pods = pods
 	}
+	if o.kernelEvents {
+		// Optional: without it, changes are still seen by the port watcher
+		// and the rescan interval.
+		if w, err := kevents.Open(); err != nil {
+			logger.Error(err, "Kernel events unavailable; relying on polling", "rescanInterval", o.rescanInterval)
+		} else {
+			defer w.Close()
+			deps.KernelEvents = w.Events()
+		}
+	}
 	dcfg := driver.Config{
 		DriverName:          o.driverName,
 		NodeName:            o.nodeName,
@@ -277,6 +290,11 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 	d, err := driver.New(ctx, dcfg, deps)
 	if err != nil {
 		return err
+	}
+	if deps.KernelEvents != nil {
+		if unseen := unseenNetdevs(d.Inventory()); len(unseen) > 0 {
+			logger.Info("Netdevs outside this network namespace: their renames are seen at the next rescan, not as kernel events (run on the host network to change that)", "netdevs", unseen)
+		}
 	}
 	if shim != nil {
 		go func() {

@@ -28,6 +28,7 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/kevents"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/slices"
 )
 
@@ -86,6 +87,12 @@ type Driver struct {
 	store   *checkpoint.Store
 	bootID  string
 	metrics *Metrics
+	kernel  <-chan kevents.Event
+
+	// scanMu orders rescans: the ticker, the port watcher and kernel
+	// events may ask at once, and a slower discovery must not swap in an
+	// older view after a newer one.
+	scanMu sync.Mutex
 
 	mu        sync.Mutex // guards the fields below
 	inv       hca.Inventory
@@ -111,6 +118,9 @@ type Deps struct {
 	Checkpoint *checkpoint.Store
 	BootID     string
 	Metrics    *Metrics // nil: a private registry
+	// KernelEvents, if set, are the kernel's link and uevent notifications
+	// (kevents.Watcher.Events): each burst triggers a rescan.
+	KernelEvents <-chan kevents.Event
 	// OnInventory, if set, sees every new inventory (the device-plugin shim
 	// follows the same discovery). It runs on the slow path.
 	OnInventory func(hca.Inventory)
@@ -147,6 +157,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Driver, error) {
 		bootID:  deps.BootID,
 		metrics: deps.Metrics,
 		onInv:   deps.OnInventory,
+		kernel:  deps.KernelEvents,
 		retryCh: make(chan struct{}, 1),
 
 		healthChanged: make(chan struct{}),
@@ -222,4 +233,11 @@ func deviceName(h hca.HCA) string { return slices.DeviceName(h.Name) }
 
 func sortedKeys[V any](m map[string]V) []string {
 	return gosort.Sorted(maps.Keys(m))
+}
+
+// Inventory is the last discovered inventory.
+func (d *Driver) Inventory() hca.Inventory {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.inv
 }

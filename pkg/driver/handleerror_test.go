@@ -20,6 +20,7 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/kevents"
 )
 
 // countingPublisher records what it was asked to publish.
@@ -31,12 +32,13 @@ func (p *countingPublisher) PublishResources(context.Context, resourceslice.Driv
 }
 
 func newTestDriver(t testing.TB) *Driver {
-	d, _ := newTestDriverOn(t, 0)
+	d, _ := newTestDriverOn(t, 0, nil, nil)
 	return d
 }
 
-// newTestDriverOn returns a driver on a simulated softroce node.
-func newTestDriverOn(t testing.TB, portPoll time.Duration) (*Driver, *hcatest.Node) {
+// newTestDriverOn returns a driver on a simulated softroce node, following
+// events if not nil, with its discoverer wrapped by wrap if not nil.
+func newTestDriverOn(t testing.TB, portPoll time.Duration, events <-chan kevents.Event, wrap func(Inventory) Inventory) (*Driver, *hcatest.Node) {
 	t.Helper()
 	dir := t.TempDir()
 	spec, _ := hcatest.Preset("softroce")
@@ -44,11 +46,16 @@ func newTestDriverOn(t testing.TB, portPoll time.Duration) (*Driver, *hcatest.No
 	if err != nil {
 		t.Fatal(err)
 	}
+	var inv Inventory = hca.NewDiscoverer(hca.WithSysfsRoot(node.SysfsRoot), hca.WithDevRoot(node.DevRoot))
+	if wrap != nil {
+		inv = wrap(inv)
+	}
 	d, err := New(context.Background(), Config{DriverName: "rdma.dra.dev", NodeName: "vm01", AllowNonHostNetwork: true,
 		TaintUnhealthy: true, PortPollInterval: portPoll, RescanInterval: time.Hour}, Deps{
-		Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(node.SysfsRoot), hca.WithDevRoot(node.DevRoot)),
-		SpecDir:    cdi.NewSpecDir(filepath.Join(dir, "cdi")),
-		Checkpoint: checkpoint.NewStore(filepath.Join(dir, "checkpoint.json")),
+		Inventory:    inv,
+		KernelEvents: events,
+		SpecDir:      cdi.NewSpecDir(filepath.Join(dir, "cdi")),
+		Checkpoint:   checkpoint.NewStore(filepath.Join(dir, "checkpoint.json")),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,7 @@ func (w taintWatcher) PublishResources(_ context.Context, res resourceslice.Driv
 // back) takes to reach the published ResourceSlice with the daemon's
 // default 250 ms port watcher: the bound is 1 s.
 func BenchmarkPortChangeToPublish(b *testing.B) {
-	d, node := newTestDriverOn(b, 250*time.Millisecond)
+	d, node := newTestDriverOn(b, 250*time.Millisecond, nil, nil)
 	w := make(taintWatcher, 16)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

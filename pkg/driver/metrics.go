@@ -22,6 +22,7 @@ type Metrics struct {
 	backgroundErrors  *metrics.CounterVec
 	deviceHealthy     *metrics.GaugeVec
 	lastPublish       *metrics.Gauge
+	kernelEvents      *metrics.CounterVec
 }
 
 const namespace = "rdma_dra"
@@ -49,9 +50,11 @@ func NewMetrics() *Metrics {
 			Help: "1 when every port of the device is ACTIVE with its link up, 0 otherwise.", StabilityLevel: metrics.ALPHA}, []string{"device"}),
 		lastPublish: metrics.NewGauge(&metrics.GaugeOpts{Namespace: namespace, Name: "last_publish_timestamp_seconds",
 			Help: "When ResourceSlices were last handed to the publisher (time since = now - this).", StabilityLevel: metrics.ALPHA}),
+		kernelEvents: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: namespace, Name: "kernel_events_total",
+			Help: "Kernel notifications that triggered a rescan, by source (link, uevent, overflow).", StabilityLevel: metrics.ALPHA}, []string{"source"}),
 	}
 	m.Registry.MustRegister(m.prepareTotal, m.prepareDuration, m.unprepareTotal, m.unprepareDuration,
-		m.publishedDevices, m.publishes, m.backgroundErrors, m.deviceHealthy, m.lastPublish)
+		m.publishedDevices, m.publishes, m.backgroundErrors, m.deviceHealthy, m.lastPublish, m.kernelEvents)
 	return m
 }
 

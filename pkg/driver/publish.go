@@ -22,6 +22,8 @@ import (
 // rescan rediscovers the node and swaps in the new inventory. It reports
 // whether anything a claim or a slice depends on changed.
 func (d *Driver) rescan(ctx context.Context) (bool, error) {
+	d.scanMu.Lock()
+	defer d.scanMu.Unlock()
 	inv, err := d.source.Discover()
 	if err != nil {
 		d.metrics.backgroundErrors.WithLabelValues("discovery").Inc()
@@ -136,6 +138,9 @@ func (d *Driver) Run(ctx context.Context) {
 	defer ticker.Stop()
 	if ps, ok := d.source.(PortStater); ok && d.cfg.PortPollInterval > 0 {
 		go d.watchPorts(ctx, d.cfg.PortPollInterval, ps)
+	}
+	if d.kernel != nil {
+		go d.followKernel(ctx, d.kernel)
 	}
 	var retry <-chan time.Time
 	for {

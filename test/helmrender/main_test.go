@@ -19,8 +19,10 @@ func TestRenderMatrix(t *testing.T) {
 		notWant []string
 		wantErr string
 	}{
-		{values: `{}`, want: []string{"kind: DaemonSet", "name: hca.rdma.dra.dev", "--sharing=exclusive", "--legacy=off", "validationActions: [Warn]"},
-			notWant: []string{"extendedResourceName", "device-plugins"}},
+		{values: `{}`, want: []string{"kind: DaemonSet", "name: hca.rdma.dra.dev", "--sharing=exclusive", "--legacy=off", "validationActions: [Warn]", "--kernel-events=true", "maxSurge: 1"},
+			notWant: []string{"extendedResourceName", "device-plugins", "hostNetwork: true"}},
+		{values: `{"hostNetwork":true,"kernelEvents":false}`, want: []string{"hostNetwork: true", "dnsPolicy: ClusterFirstWithHostNet", "maxSurge: 0", "maxUnavailable: 1", "--kernel-events=false"}},
+		{values: `{"hostNetwork":"yes"}`, wantErr: "hostNetwork"},
 		{values: `{"sharing":"shared","legacy":{"route":"dra"}}`, want: []string{"extendedResourceName: rdma/hca", "name: legacy.rdma.dra.dev"}},
 		{values: `{"sharing":"shared","legacy":{"route":"device-plugin"}}`, want: []string{"--legacy=device-plugin", "/var/lib/kubelet/device-plugins"}, notWant: []string{"extendedResourceName"}},
 		{values: `{"policies":{"podRDMA":{"action":"Deny","claimTemplates":["ib-400g"]}}}`, want: []string{"validationActions: [Deny]", `["ib-400g"]`}},

@@ -1,0 +1,65 @@
+package driver
+
+// Kernel events on the slow path: a burst of link messages or uevents (a
+// netdev renamed, a driver reloaded, a VF created) becomes one rescan, so
+// the change is published within a second instead of at the next
+// RescanInterval. The rescan interval stays as the safety net.
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/kevents"
+)
+
+// eventSettle is how long the follower collects events after the first of
+// a burst before it rescans. A driver reload registers the PCI function,
+// the ib device, its uverbs node and its netdev one after another; one
+// rescan after they settle is cheaper than one per step, and the window is
+// fixed (not extended by new events) so a noisy node cannot delay a
+// rescan indefinitely.
+const eventSettle = 100 * time.Millisecond
+
+// followKernel rescans after each burst of kernel events until ctx ends or
+// the channel is closed.
+func (d *Driver) followKernel(ctx context.Context, events <-chan kevents.Event) {
+	logger := klog.FromContext(ctx)
+	for {
+		var first kevents.Event
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-events:
+			if !ok {
+				logger.Info("Kernel events ended; changes are seen by polling only")
+				return
+			}
+			first = ev
+		}
+		n := 1
+		d.metrics.kernelEvents.WithLabelValues(string(first.Source)).Inc()
+		settle := time.NewTimer(eventSettle)
+	collect:
+		for {
+			select {
+			case <-ctx.Done():
+				settle.Stop()
+				return
+			case ev, ok := <-events:
+				if !ok {
+					break collect
+				}
+				n++
+				d.metrics.kernelEvents.WithLabelValues(string(ev.Source)).Inc()
+			case <-settle.C:
+				break collect
+			}
+		}
+		logger.V(4).Info("Rescanning after kernel events", "first", first.String(), "events", n)
+		if err := d.Rescan(ctx); err != nil {
+			logger.Error(err, "Rescan after kernel events failed")
+		}
+	}
+}

@@ -1,0 +1,189 @@
+package kevents
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// Watcher holds the two netlink sockets and delivers their events.
+type Watcher struct {
+	events chan Event
+	files  []*os.File
+	wg     sync.WaitGroup
+	once   sync.Once
+	closed atomic.Bool
+
+	mu  sync.Mutex
+	err error // the first read error that ended a socket
+}
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	buffer        int
+	link, uevents bool
+	allUevents    bool // tests: keep uevents of any subsystem
+}
+
+// WithBuffer sets how many events may wait for the reader (default 64).
+// When it is full, further events are dropped: the waiting ones already
+// promise a rescan that comes after them.
+func WithBuffer(n int) Option { return func(o *options) { o.buffer = n } }
+
+// WithoutLink and WithoutUevents leave one of the two sockets closed.
+func WithoutLink() Option    { return func(o *options) { o.link = false } }
+func WithoutUevents() Option { return func(o *options) { o.uevents = false } }
+
+// Open subscribes to link messages and kernel uevents. Sockets belong to the
+// network namespace of the calling thread: the daemon runs in the host's
+// (hostNetwork), where the HCAs' netdevs are. Needs no privilege.
+func Open(opts ...Option) (*Watcher, error) {
+	o := options{buffer: 64, link: true, uevents: true}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	w := &Watcher{events: make(chan Event, max(o.buffer, 1))}
+	type sub struct {
+		name          string
+		proto, groups int
+		parse         func([]byte) ([]Event, error)
+	}
+	var subs []sub
+	if o.link {
+		subs = append(subs, sub{"rtnetlink", unix.NETLINK_ROUTE, unix.RTMGRP_LINK, ParseLink})
+	}
+	if o.uevents {
+		parse := parseUevents
+		if o.allUevents {
+			parse = func(b []byte) ([]Event, error) {
+				ev, _, err := ParseUevent(b)
+				return []Event{ev}, err
+			}
+		}
+		subs = append(subs, sub{"uevent", unix.NETLINK_KOBJECT_UEVENT, 1, parse})
+	}
+	for _, s := range subs {
+		f, err := openNetlink(s.name, s.proto, s.groups)
+		if err != nil {
+			w.Close()
+			return nil, err
+		}
+		w.files = append(w.files, f)
+		w.wg.Add(1)
+		go w.read(f, s.parse)
+	}
+	return w, nil
+}
+
+func parseUevents(b []byte) ([]Event, error) {
+	ev, ok, err := ParseUevent(b)
+	if !ok || err != nil {
+		return nil, err
+	}
+	return []Event{ev}, nil
+}
+
+func openNetlink(name string, proto, groups int) (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, proto)
+	if err != nil {
+		return nil, fmt.Errorf("%s netlink socket: %w", name, err)
+	}
+	// A driver reload sends hundreds of uevents at once; a larger buffer
+	// makes an overflow (and its full rescan) rarer. Best effort.
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: uint32(groups)}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s netlink socket: binding to group %#x: %w", name, groups, err)
+	}
+	// Non-blocking, so the runtime poller serves reads and Close ends them.
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+// Events delivers events until Close; it is closed after the last one.
+func (w *Watcher) Events() <-chan Event { return w.events }
+
+// Err is the read error that stopped a socket early, if any.
+func (w *Watcher) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// Close stops both sockets and closes Events. Safe to call twice.
+func (w *Watcher) Close() error {
+	w.once.Do(func() {
+		w.closed.Store(true)
+		for _, f := range w.files {
+			f.Close()
+		}
+		go func() { w.wg.Wait(); close(w.events) }()
+	})
+	return nil
+}
+
+func (w *Watcher) read(f *os.File, parse func([]byte) ([]Event, error)) {
+	defer w.wg.Done()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		w.fail(f.Name(), err)
+		return
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		var n int
+		var from unix.Sockaddr
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			n, from, rerr = unix.Recvfrom(int(fd), buf, 0)
+			return rerr != unix.EAGAIN && rerr != unix.EWOULDBLOCK
+		})
+		if err != nil {
+			w.fail(f.Name(), err)
+			return
+		}
+		switch {
+		case rerr == unix.ENOBUFS:
+			w.send(Event{Source: Overflow})
+			continue
+		case rerr == unix.EINTR:
+			continue
+		case rerr != nil:
+			w.fail(f.Name(), rerr)
+			return
+		}
+		// Only the kernel (port id 0) speaks for the hardware; any process
+		// may send to a netlink group it joined.
+		if nl, ok := from.(*unix.SockaddrNetlink); !ok || nl.Pid != 0 {
+			continue
+		}
+		evs, _ := parse(buf[:n]) // a garbled datagram still yields what came before it
+		for _, ev := range evs {
+			w.send(ev)
+		}
+	}
+}
+
+func (w *Watcher) send(ev Event) {
+	select {
+	case w.events <- ev:
+	default:
+	}
+}
+
+func (w *Watcher) fail(name string, err error) {
+	if w.closed.Load() {
+		return // the end Close asked for
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err == nil {
+		w.err = fmt.Errorf("reading the %s socket: %w", name, err)
+	}
+}
