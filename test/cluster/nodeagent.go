@@ -200,6 +200,7 @@ func StartNodeAgent(ctx context.Context, cp *ControlPlane, cfg NodeAgentConfig) 
 		cfg.NodeName, corev1.NamespaceNodeLease, nil)
 	a.goBackground(func() { leases.Run(ctx) })
 	a.goBackground(func() { a.nodeStatusLoop(ctx) })
+	a.goBackground(func() { a.healthLoop(ctx) })
 
 	factory.Start(ctx.Done())
 	for typ, synced := range factory.WaitForCacheSync(ctx.Done()) {
@@ -405,6 +406,26 @@ func setNodeCondition(node *corev1.Node, typ corev1.NodeConditionType, status co
 
 // activePods is the DRA manager's view of the pods that may still use
 // their claims: those not yet terminal, and those whose worker still runs.
+// healthLoop rewrites the status of the pods whose devices changed health,
+// as the kubelet's sync loop does on containerManager.Updates().
+func (a *NodeAgent) healthLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case u := <-a.dra.Updates():
+			for _, uid := range u.PodUIDs {
+				a.mu.Lock()
+				w := a.pods[types.UID(uid)]
+				a.mu.Unlock()
+				if w != nil && !w.finished() {
+					w.pushStatus()
+				}
+			}
+		}
+	}
+}
+
 func (a *NodeAgent) activePods() []*corev1.Pod {
 	pods, err := a.podLister.List(labels.Everything())
 	if err != nil {
@@ -960,6 +981,9 @@ func (w *podWorker) pushStatus() {
 		w.mu.Lock()
 		w.fillStatus(&pod.Status)
 		w.mu.Unlock()
+		// The health the drivers reported for the pod's devices, as the
+		// kubelet's status manager adds it (kubelet_pods.go).
+		w.a.dra.UpdateAllocatedResourcesStatus(w.logger(), pod, &pod.Status)
 		_, err = w.a.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 		return err
 	})

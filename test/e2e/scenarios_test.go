@@ -404,9 +404,34 @@ func TestScenarioDriverSIGKILL(t *testing.T) {
 
 // Health: with seven of the eight InfiniBand ports DOWN, a new claim gets
 // the one healthy IB HCA: the port-down taints keep the scheduler off the rest.
+//
+// A pod already running on one of those HCAs keeps it, and its status shows
+// the health the kubelet received from the driver: Healthy first, then
+// Unhealthy with the port named.
 func TestScenarioPortDownKeepsPodsOff(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
+	w.createClaimPod(claimPod("victim", true, "sleep 600"))
+	var victimDevice string
+	w.wait("the victim pod running", 2*time.Minute, func() (bool, string) {
+		p, err := w.cp.Client.CoreV1().Pods("default").Get(ctx, "victim", metav1.GetOptions{})
+		if err != nil || p.Status.Phase != corev1.PodRunning || len(p.Status.ResourceClaimStatuses) == 0 {
+			return false, fmt.Sprint(err)
+		}
+		c, err := w.cp.Client.ResourceV1().ResourceClaims("default").Get(ctx, *p.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+		if err != nil || c.Status.Allocation == nil {
+			return false, fmt.Sprint(err)
+		}
+		victimDevice = c.Status.Allocation.Devices.Results[0].Device
+		return true, ""
+	})
+	if victimDevice == "mlx5-7" {
+		t.Fatal("the victim got mlx5-7, the HCA this test keeps healthy; the allocator's order changed")
+	}
+	w.wait("the victim's status to show its HCA Healthy", time.Minute, func() (bool, string) {
+		h, msg := podDeviceHealth(ctx, w, "victim")
+		return h == corev1.ResourceHealthStatusHealthy, fmt.Sprintf("%s %q", h, msg)
+	})
 	for i := range 7 {
 		if err := w.sim.SetPortState(fmt.Sprintf("mlx5_%d", i), 1, "1: DOWN", "2: Polling"); err != nil {
 			t.Fatal(err)
@@ -427,6 +452,11 @@ func TestScenarioPortDownKeepsPodsOff(t *testing.T) {
 		}
 		return n == 7, fmt.Sprintf("%d tainted", n)
 	})
+	wantMsg := strings.ReplaceAll(victimDevice, "-", "_") + ": port 1 is DOWN (Polling)"
+	w.wait("the victim's status to show its HCA Unhealthy", time.Minute, func() (bool, string) {
+		h, msg := podDeviceHealth(ctx, w, "victim")
+		return h == corev1.ResourceHealthStatusUnhealthy && msg == wantMsg, fmt.Sprintf("%s %q, want Unhealthy %q", h, msg, wantMsg)
+	})
 	w.createClaimPod(claimPod("healthy", true, "ls /dev/infiniband"))
 	w.wait("the pod to succeed", 2*time.Minute, func() (bool, string) {
 		p, err := w.cp.Client.CoreV1().Pods("default").Get(ctx, "healthy", metav1.GetOptions{})
@@ -436,4 +466,24 @@ func TestScenarioPortDownKeepsPodsOff(t *testing.T) {
 	if strings.Join(got, " ") != "rdma_cm uverbs7" {
 		t.Errorf("pod sees %v, want the one healthy IB HCA (uverbs7)", got)
 	}
+}
+
+// podDeviceHealth is the health and message of the one device of the pod's
+// claim "rdma", from the container's allocatedResourcesStatus.
+func podDeviceHealth(ctx context.Context, w *world, name string) (corev1.ResourceHealthStatus, string) {
+	p, err := w.cp.Client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil || len(p.Status.ContainerStatuses) == 0 {
+		return "", fmt.Sprint(err)
+	}
+	for _, rs := range p.Status.ContainerStatuses[0].AllocatedResourcesStatus {
+		if rs.Name != "claim:rdma" || len(rs.Resources) != 1 {
+			continue
+		}
+		msg := ""
+		if m := rs.Resources[0].Message; m != nil {
+			msg = *m
+		}
+		return rs.Resources[0].Health, msg
+	}
+	return "", fmt.Sprintf("no claim:rdma entry in %+v", p.Status.ContainerStatuses[0].AllocatedResourcesStatus)
 }
