@@ -767,4 +767,20 @@ func TestLegacyDevice(t *testing.T) {
 	if env["RDMA_DEVICES"] != "mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7,mlx5_8,mlx5_9" || !strings.HasPrefix(env["NCCL_IB_HCA"], "=mlx5_0,") {
 		t.Errorf("legacy env = %v", env)
 	}
+
+	// An HCA hot-removed: the prepared legacy claim's spec follows, so a
+	// restarted container does not fail on a missing uverbs9.
+	if err := e.node.RemoveHCA("mlx5_9"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.drv.Rescan(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s = e.container(ids...)
+	if got := devicesOf(s); !slices.Equal(got, want[:len(want)-1]) || slices.Contains(got, "/dev/infiniband/uverbs9 c 231:201") {
+		t.Errorf("legacy container devices after removing mlx5_9:\n got %v\nwant %v", got, want[:len(want)-1])
+	}
+	if got := envOf(s, "RDMA_DEVICES")["RDMA_DEVICES"]; got != "mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7,mlx5_8" {
+		t.Errorf("RDMA_DEVICES after removing mlx5_9 = %q", got)
+	}
 }

@@ -6,6 +6,8 @@ package driver
 import (
 	"context"
 	"errors"
+	"maps"
+	gosort "slices"
 	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -15,6 +17,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
+	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	rslices "github.com/rdma-dra/rdma-dra-driver/pkg/slices"
 )
@@ -37,6 +40,7 @@ func (d *Driver) rescan(ctx context.Context) (bool, error) {
 	if changed {
 		d.updateTaintsLocked(time.Now())
 		d.notifyHealthLocked()
+		d.refreshNodeWideSpecsLocked(ctx)
 	}
 	d.mu.Unlock()
 	if changed {
@@ -46,6 +50,38 @@ func (d *Driver) rescan(ctx context.Context) (bool, error) {
 		}
 	}
 	return changed, nil
+}
+
+// refreshNodeWideSpecsLocked rewrites the CDI specs of prepared claims that
+// stand for "every HCA of the node" (the legacy device), and of the claims
+// sharing a pod with them: an HCA added since the prepare is in a restarted
+// container, and a vanished one no longer makes the runtime fail on a
+// missing device node.
+func (d *Driver) refreshNodeWideSpecsLocked(ctx context.Context) {
+	if d.cfg.LegacyShares == 0 {
+		return
+	}
+	cp, err := d.store.Load()
+	if err != nil {
+		return // New reported it; the next successful load retries
+	}
+	all := gosort.Collect(maps.Values(cp.Claims))
+	var nodeWide []checkpoint.Claim
+	for _, c := range all {
+		if gosort.ContainsFunc(c.Devices, func(dev checkpoint.Device) bool { return d.isLegacy(dev.Device) }) {
+			nodeWide = append(nodeWide, c)
+		}
+	}
+	for _, uid := range sortedKeys(cp.Claims) {
+		c := cp.Claims[uid]
+		if !gosort.ContainsFunc(nodeWide, func(n checkpoint.Claim) bool { return n.UID == c.UID || sharesPod(c, n) }) {
+			continue
+		}
+		if err := d.writeSpecLocked(c, d.groupLocked(c, all)); err != nil {
+			klog.FromContext(ctx).Error(err, "Cannot follow the inventory in the CDI spec of a prepared claim", "claim", c.Namespace+"/"+c.Name, "claimUID", uid)
+			d.metrics.backgroundErrors.WithLabelValues("cdi").Inc()
+		}
+	}
 }
 
 // logInventory logs the HCAs and the warnings that are new since the last
