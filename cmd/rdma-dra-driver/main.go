@@ -107,7 +107,7 @@ func validateModes(o *options) error {
 		return nil
 	case legacy.LegacyDevicePlugin:
 		return legacy.ValidateMode(o.legacyRoute, o.sharing)
-	case "dra":
+	case legacy.LegacyDRA:
 		if o.sharing != "shared" {
 			return errors.New("--legacy=dra publishes one device that hands every HCA to every rdma/hca pod, so it needs --sharing=shared (the HCAs are shared); set --sharing=shared or use --legacy=off")
 		}
@@ -267,7 +267,7 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 	}
 	var shim *legacy.Plugin
 	switch o.legacyRoute {
-	case "dra":
+	case legacy.LegacyDRA:
 		dcfg.LegacyShares = int64(o.legacyShares)
 	case legacy.LegacyDevicePlugin:
 		shim, err = legacy.New(legacy.Config{
@@ -326,6 +326,8 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 	if err := d.SetPublisher(ctx, helper); err != nil {
 		return err
 	}
+
+	go newForeignAdvertiser(client, o, m.Registry).run(ctx, foreignCheckInterval)
 
 	servers := startHTTP(ctx, o, m, helper, pluginDir)
 	defer func() {
