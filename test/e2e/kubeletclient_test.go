@@ -17,100 +17,29 @@ import (
 	"k8s.io/client-go/kubernetes"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
-
-	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
-	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
 )
 
 const nodeName = "dgx01"
 
-// node is a simulated RDMA node with the driver binary pointed at a real
-// kube-apiserver; the test plays the kubelet on the driver's sockets.
-type node struct {
-	t          *testing.T
-	cp         *cluster.ControlPlane
-	binary     string
-	sim        *hcatest.Node
-	kubeletDir string
-	cdiDir     string
-	proc       *cluster.DriverProcess
-}
-
-func newNode(t *testing.T) *node {
-	t.Helper()
-	dir := t.TempDir()
-	cp, err := cluster.StartControlPlane(t, filepath.Join(dir, "cp"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cp.Stop)
-	binary, err := cluster.BuildDriver(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := hcatest.Preset("dgx-h100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim, err := hcatest.Build(filepath.Join(dir, "node"), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cp.Client.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	n := &node{t: t, cp: cp, binary: binary, sim: sim, kubeletDir: filepath.Join(dir, "kubelet"), cdiDir: filepath.Join(dir, "cdi")}
-	t.Cleanup(func() {
-		if n.proc != nil {
-			n.proc.Kill()
-		}
-		if t.Failed() && n.proc != nil {
-			t.Logf("driver logs:\n%s", n.proc.Logs())
-		}
-	})
-	return n
-}
-
-func (n *node) startDriver() {
-	n.t.Helper()
-	p, err := cluster.StartDriver(n.binary,
-		"--node-name="+nodeName, "--kubeconfig="+n.cp.Kubeconfig,
-		"--sysfs-root="+n.sim.SysfsRoot, "--dev-root="+n.sim.DevRoot, "--cdi-root="+n.cdiDir,
-		"--kubelet-root-dir="+n.kubeletDir, "--metrics-address=127.0.0.1:0", "--healthz-address=127.0.0.1:0", "-v=2")
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	n.proc = p
-	// A SIGKILLed predecessor leaves its socket file: wait for an answer.
-	n.waitFor("the driver's registration socket", func() bool {
-		conn, err := grpc.NewClient("unix://"+n.registrationSocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+// waitRegistered waits until the driver answers on its registration
+// socket: a SIGKILLed predecessor leaves the socket file behind.
+func (w *world) waitRegistered() {
+	w.t.Helper()
+	w.wait("the driver's registration socket", 30*time.Second, func() (bool, string) {
+		conn, err := grpc.NewClient("unix://"+w.registrationSocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
-			return false
+			return false, err.Error()
 		}
 		defer conn.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_, err = registerapi.NewRegistrationClient(conn).GetInfo(ctx, &registerapi.InfoRequest{})
-		return err == nil
+		return err == nil, fmt.Sprint(err)
 	})
 }
 
-func (n *node) registrationSocket() string {
-	return filepath.Join(n.kubeletDir, "plugins_registry", "rdma.dra.dev-reg.sock")
-}
-
-func (n *node) waitFor(what string, cond func() bool) {
-	n.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if exited, err := n.proc.Exited(); exited {
-			n.t.Fatalf("driver exited (%v) while waiting for %s:\n%s", err, what, n.proc.Logs())
-		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+func (w *world) registrationSocket() string {
+	return filepath.Join(w.kubeletDir, "plugins_registry", "rdma.dra.dev-reg.sock")
 }
 
 func dial(t *testing.T, path string) *grpc.ClientConn {
@@ -124,20 +53,21 @@ func dial(t *testing.T, path string) *grpc.ClientConn {
 }
 
 // register plays the kubelet's plugin watcher: GetInfo, then a status.
-func (n *node) register() drapb.DRAPluginClient {
-	n.t.Helper()
-	reg := registerapi.NewRegistrationClient(dial(n.t, n.registrationSocket()))
+func (w *world) register() drapb.DRAPluginClient {
+	w.t.Helper()
+	w.waitRegistered()
+	reg := registerapi.NewRegistrationClient(dial(w.t, w.registrationSocket()))
 	info, err := reg.GetInfo(context.Background(), &registerapi.InfoRequest{})
 	if err != nil {
-		n.t.Fatal(err)
+		w.t.Fatal(err)
 	}
 	if info.Type != registerapi.DRAPlugin || info.Name != "rdma.dra.dev" {
-		n.t.Fatalf("GetInfo = %+v", info)
+		w.t.Fatalf("GetInfo = %+v", info)
 	}
 	if _, err := reg.NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
-		n.t.Fatal(err)
+		w.t.Fatal(err)
 	}
-	return drapb.NewDRAPluginClient(dial(n.t, info.Endpoint))
+	return drapb.NewDRAPluginClient(dial(w.t, info.Endpoint))
 }
 
 // allocatedClaim creates a pod and a claim allocated to one device, as the
@@ -177,27 +107,30 @@ func allocatedClaim(t *testing.T, c kubernetes.Interface, name, device string) *
 // ResourceSlice in the API server, prepare a claim, SIGKILL the driver,
 // delete the claim, restart the driver and unprepare: no CDI spec remains.
 func TestKubeletClientAcrossSIGKILL(t *testing.T) {
-	n := newNode(t)
-	n.startDriver()
-	dra := n.register()
+	w := newBareWorld(t, "-v=2")
+	if _, err := w.cp.Client.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.startDriver()
+	dra := w.register()
 
 	var devices []string
-	n.waitFor("the node's ResourceSlice", func() bool {
-		list, err := n.cp.Client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+	w.wait("the node's ResourceSlice", 30*time.Second, func() (bool, string) {
+		list, err := w.cp.Client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
 		if err != nil || len(list.Items) != 1 {
-			return false
+			return false, fmt.Sprint(err)
 		}
 		devices = nil
 		for _, d := range list.Items[0].Spec.Devices {
 			devices = append(devices, d.Name)
 		}
-		return list.Items[0].Spec.Pool.Name == nodeName
+		return list.Items[0].Spec.Pool.Name == nodeName, list.Items[0].Spec.Pool.Name
 	})
 	if got := strings.Join(devices, ","); got != "mlx5-0,mlx5-1,mlx5-2,mlx5-3,mlx5-4,mlx5-5,mlx5-6,mlx5-7,mlx5-8,mlx5-9" {
 		t.Errorf("published devices = %s", got)
 	}
 
-	claim := allocatedClaim(t, n.cp.Client, "job-0", "mlx5-2")
+	claim := allocatedClaim(t, w.cp.Client, "job-0", "mlx5-2")
 	ref := &drapb.Claim{Namespace: claim.Namespace, Name: claim.Name, Uid: string(claim.UID)}
 	resp, err := dra.NodePrepareResources(context.Background(), &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{ref}})
 	if err != nil {
@@ -210,16 +143,16 @@ func TestKubeletClientAcrossSIGKILL(t *testing.T) {
 	if want := fmt.Sprintf("rdma.dra.dev/hca=%s-mlx5-2", claim.UID); len(r.Devices[0].CdiDeviceIds) != 1 || r.Devices[0].CdiDeviceIds[0] != want {
 		t.Errorf("CDI IDs = %v, want [%s]", r.Devices[0].CdiDeviceIds, want)
 	}
-	if entries, _ := os.ReadDir(n.cdiDir); len(entries) != 1 {
+	if entries, _ := os.ReadDir(w.cdiDir); len(entries) != 1 {
 		t.Errorf("CDI dir after prepare: %v", entries)
 	}
 
-	n.proc.Kill()
-	if err := n.cp.Client.ResourceV1().ResourceClaims("default").Delete(context.Background(), claim.Name, metav1.DeleteOptions{}); err != nil {
+	w.proc.Kill()
+	if err := w.cp.Client.ResourceV1().ResourceClaims("default").Delete(context.Background(), claim.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	n.startDriver()
-	dra = n.register()
+	w.startDriver()
+	dra = w.register()
 	uresp, err := dra.NodeUnprepareResources(context.Background(), &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{ref}})
 	if err != nil {
 		t.Fatal(err)
@@ -227,11 +160,11 @@ func TestKubeletClientAcrossSIGKILL(t *testing.T) {
 	if e := uresp.Claims[string(claim.UID)].Error; e != "" {
 		t.Fatalf("unprepare after SIGKILL: %s", e)
 	}
-	if entries, _ := os.ReadDir(n.cdiDir); len(entries) != 0 {
+	if entries, _ := os.ReadDir(w.cdiDir); len(entries) != 0 {
 		t.Errorf("CDI specs left behind: %v", entries)
 	}
-	if err := n.proc.Stop(); err != nil {
-		t.Errorf("SIGTERM: driver exited with %v\n%s", err, n.proc.Logs())
+	if err := w.proc.Stop(); err != nil {
+		t.Errorf("SIGTERM: driver exited with %v\n%s", err, w.proc.Logs())
 	}
-	n.proc = nil
+	w.proc = nil
 }

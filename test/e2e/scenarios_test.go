@@ -20,41 +20,35 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
 )
 
-// world is the whole in-process cluster around one simulated dgx-h100 node.
+// world is an in-process control plane around one simulated dgx-h100 node
+// and the driver binary built for it. newWorld adds the controllers, the
+// scheduler and a node agent (the kubelet); with newBareWorld the test
+// itself plays the kubelet on the driver's sockets.
 type world struct {
-	t      *testing.T
-	cp     *cluster.ControlPlane
-	agent  *cluster.NodeAgent
-	binary string
-	args   []string
-	cdiDir string
-	proc   *cluster.DriverProcess
-	sim    *hcatest.Node
+	t          *testing.T
+	cp         *cluster.ControlPlane
+	agent      *cluster.NodeAgent
+	binary     string
+	args       []string
+	kubeletDir string
+	cdiDir     string
+	proc       *cluster.DriverProcess
+	sim        *hcatest.Node
+	dir        string
 }
 
-func newWorld(t *testing.T, driverArgs ...string) *world {
+func newBareWorld(t *testing.T, driverArgs ...string) *world {
 	t.Helper()
-	if ok, why := cluster.RuntimeAvailable(); !ok {
-		t.Skipf("runc containers unavailable (needs root and runc): %s", why)
-	}
 	dir, err := os.MkdirTemp("", "w") // short: unix socket paths live under it
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	cp, err := cluster.StartControlPlane(t, filepath.Join(dir, "cp"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cp.Stop)
-	if err := cluster.StartControllers(ctx, cp); err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.StartScheduler(ctx, cp); err != nil {
-		t.Fatal(err)
-	}
 	spec, _ := hcatest.Preset("dgx-h100")
 	sim, err := hcatest.Build(filepath.Join(dir, "node"), spec)
 	if err != nil {
@@ -64,12 +58,10 @@ func newWorld(t *testing.T, driverArgs ...string) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{t: t, cp: cp, binary: binary, cdiDir: filepath.Join(dir, "cdi"), sim: sim}
-	kubelet := filepath.Join(dir, "k")
+	w := &world{t: t, cp: cp, binary: binary, cdiDir: filepath.Join(dir, "cdi"), kubeletDir: filepath.Join(dir, "k"), sim: sim, dir: dir}
 	w.args = append([]string{"--node-name=" + nodeName, "--kubeconfig=" + cp.Kubeconfig,
 		"--sysfs-root=" + sim.SysfsRoot, "--dev-root=" + sim.DevRoot, "--cdi-root=" + w.cdiDir,
-		"--kubelet-root-dir=" + kubelet, "--metrics-address=127.0.0.1:0", "--healthz-address=127.0.0.1:0"}, driverArgs...)
-	w.startDriver()
+		"--kubelet-root-dir=" + w.kubeletDir, "--metrics-address=127.0.0.1:0", "--healthz-address=127.0.0.1:0"}, driverArgs...)
 	t.Cleanup(func() {
 		if w.proc != nil {
 			if t.Failed() {
@@ -78,13 +70,31 @@ func newWorld(t *testing.T, driverArgs ...string) *world {
 			w.proc.Kill()
 		}
 	})
-	rootfs, err := cluster.Rootfs(filepath.Join(dir, "rootfs"))
+	return w
+}
+
+func newWorld(t *testing.T, driverArgs ...string) *world {
+	t.Helper()
+	if ok, why := cluster.RuntimeAvailable(); !ok {
+		t.Skipf("runc containers unavailable (needs root and runc): %s", why)
+	}
+	w := newBareWorld(t, driverArgs...)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := cluster.StartControllers(ctx, w.cp); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.StartScheduler(ctx, w.cp); err != nil {
+		t.Fatal(err)
+	}
+	w.startDriver()
+	rootfs, err := cluster.Rootfs(filepath.Join(w.dir, "rootfs"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.agent, err = cluster.StartNodeAgent(ctx, cp, cluster.NodeAgentConfig{
-		NodeName: nodeName, KubeletDir: kubelet, CDIDir: w.cdiDir,
-		RuncRoot: filepath.Join(dir, "runc"), BundleDir: filepath.Join(dir, "b"), Rootfs: rootfs,
+	w.agent, err = cluster.StartNodeAgent(ctx, w.cp, cluster.NodeAgentConfig{
+		NodeName: nodeName, KubeletDir: w.kubeletDir, CDIDir: w.cdiDir,
+		RuncRoot: filepath.Join(w.dir, "runc"), BundleDir: filepath.Join(w.dir, "b"), Rootfs: rootfs,
 		Allocatable: corev1.ResourceList{"cpu": resource.MustParse("64"), "memory": resource.MustParse("512Gi"), "pods": resource.MustParse("110")},
 	})
 	if err != nil {
@@ -92,18 +102,19 @@ func newWorld(t *testing.T, driverArgs ...string) *world {
 	}
 	t.Cleanup(w.agent.Stop)
 	root := cluster.RepoRoot()
-	if _, err := cluster.ApplyFiles(ctx, cp.Config, false, filepath.Join(root, "deployments", "deviceclasses.yaml"),
+	if _, err := cluster.ApplyFiles(ctx, w.cp.Config, false, filepath.Join(root, "deployments", "deviceclasses.yaml"),
 		filepath.Join(root, "deployments", "deviceclass-legacy.yaml")); err != nil {
 		t.Fatal(err)
 	}
 	w.wait("the node's ResourceSlice", time.Minute, func() (bool, string) {
-		l, err := cp.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		l, err := w.cp.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 		return err == nil && len(l.Items) > 0 && len(l.Items[0].Spec.Devices) >= 10, fmt.Sprint(err)
 	})
 	return w
 }
 
 func (w *world) startDriver() {
+	w.t.Helper()
 	p, err := cluster.StartDriver(w.binary, w.args...)
 	if err != nil {
 		w.t.Fatal(err)
@@ -111,9 +122,18 @@ func (w *world) startDriver() {
 	w.proc = p
 }
 
+// wait polls cond until it holds; a driver that exits meanwhile fails the
+// test at once, with its logs.
 func (w *world) wait(what string, d time.Duration, cond func() (bool, string)) {
 	w.t.Helper()
-	waitFor(w.t, what, d, cond)
+	waitFor(w.t, what, d, func() (bool, string) {
+		if w.proc != nil {
+			if exited, err := w.proc.Exited(); exited {
+				w.t.Fatalf("driver exited (%v) while waiting for %s:\n%s", err, what, w.proc.Logs())
+			}
+		}
+		return cond()
+	})
 }
 
 func (w *world) apply(files ...string) {
