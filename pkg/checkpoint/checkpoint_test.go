@@ -7,9 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -650,21 +652,73 @@ func withCDIID(cp Checkpoint, id string) Checkpoint {
 	return cp
 }
 
-// TestUpdateReadsTheFileOnce checks that Update works from memory after
-// the first use: a file changed behind the Store's back is not re-read.
-func TestUpdateReadsTheFileOnce(t *testing.T) {
+// TestUpdateReadsAnUnchangedFileOnce: while the file is the one the Store
+// last read or wrote (same inode, size and mtime), Update works from memory.
+func TestUpdateReadsAnUnchangedFileOnce(t *testing.T) {
 	s := newStore(t)
 	if err := s.Update(func(cp *Checkpoint) error { cp.Claims["a"] = Claim{UID: "a"}; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(s.Path(), []byte("garbage"), 0o600); err != nil {
+	fi, err := os.Stat(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Same length, same mtime, in place: only a re-read would notice.
+	if err := os.WriteFile(s.Path(), bytes.Repeat([]byte("x"), int(fi.Size())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(s.Path(), fi.ModTime(), fi.ModTime()); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Update(func(cp *Checkpoint) error { cp.Claims["b"] = Claim{UID: "b"}; return nil }); err != nil {
-		t.Fatalf("Update re-read the file: %v", err)
+		t.Fatalf("Update re-read an unchanged file: %v", err)
 	}
 	if got := mustLoad(t, NewStore(s.Path())); len(got.Claims) != 2 {
 		t.Fatalf("file holds %d claims, want 2", len(got.Claims))
+	}
+}
+
+// TestTwoWriters: during a rolling update two daemons share the file. Each
+// sees the other's writes, and neither loses the other's claims, even when
+// they update at the same time.
+func TestTwoWriters(t *testing.T) {
+	a := newStore(t)
+	b := NewStore(a.Path())
+	add := func(s *Store, uid string) {
+		t.Helper()
+		if err := s.Update(func(cp *Checkpoint) error { cp.Claims[uid] = Claim{UID: uid}; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(a, "x")
+	add(b, "y")
+	add(a, "z")
+	if got := mustLoad(t, a); len(got.Claims) != 3 || got.Claims["y"].UID != "y" {
+		t.Fatalf("a sees %v, want x, y and z", slices.Sorted(maps.Keys(got.Claims)))
+	}
+	if err := b.Update(func(cp *Checkpoint) error { delete(cp.Claims, "x"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustLoad(t, a); got.Claims["x"].UID != "" || len(got.Claims) != 2 {
+		t.Fatalf("a still sees x after b removed it: %v", slices.Sorted(maps.Keys(got.Claims)))
+	}
+
+	var wg sync.WaitGroup
+	for i := range 40 {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Go(func() {
+			uid := fmt.Sprintf("c%d", i)
+			if err := s.Update(func(cp *Checkpoint) error { cp.Claims[uid] = Claim{UID: uid}; return nil }); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := mustLoad(t, NewStore(a.Path())); len(got.Claims) != 42 {
+		t.Fatalf("after 40 concurrent updates through two Stores the file holds %d claims, want 42", len(got.Claims))
 	}
 }
 

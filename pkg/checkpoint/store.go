@@ -9,24 +9,53 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rdma-dra/rdma-dra-driver/internal/atomicfile"
 )
 
-// Store reads and writes one checkpoint file. It is safe for concurrent use
-// and assumes it is the file's only writer: after the first successful
-// Load, Update or Save it serves the checkpoint from memory, so the prepare
-// path costs one write and no read.
+// Store reads and writes one checkpoint file. It is safe for concurrent use,
+// and for sharing the file with a Store in another process: during a
+// rolling update two daemons serve the same node and the kubelet may call
+// either. Saves and Updates hold an flock on the file's directory (no lock
+// file to leave behind), and every use
+// stats the file and reads it again only if another writer replaced it, so
+// the prepare path costs a stat and one write, and no read.
 type Store struct {
 	path  string
 	fsync bool
 	now   func() time.Time // names quarantined files; tests set it
 
 	mu     sync.Mutex
-	loaded bool       // cur mirrors the file
+	loaded bool       // cur mirrors the file as identified by id
+	id     fileID     // of the file cur was read from or written to
 	cur    Checkpoint // owned by the Store: handed out only as clones
 	onDisk []byte     // the file's data bytes if they are known to be current
+	lock   *os.File   // the file's directory, opened on first write
+}
+
+// fileID tells one version of the file from another: every Save renames a
+// new inode into place.
+type fileID struct {
+	exists      bool
+	dev, ino    uint64
+	size, mtime int64
+}
+
+func statID(path string) (fileID, error) {
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fileID{}, nil
+	}
+	if err != nil {
+		return fileID{}, fmt.Errorf("checking the checkpoint: %w", err)
+	}
+	id := fileID{exists: true, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id.dev, id.ino = uint64(st.Dev), st.Ino
+	}
+	return id, nil
 }
 
 // Option changes how a Store works.
@@ -58,8 +87,8 @@ func NewStore(path string, opts ...Option) *Store {
 func (s *Store) Path() string { return s.path }
 
 // Load returns the checkpoint. A missing file is an empty checkpoint. The
-// file is read only until a read or write succeeds; after that the Store's
-// copy is returned. The result is the caller's own, with a non-nil Claims
+// file is read again only when another writer replaced it since this
+// Store last read or wrote it; otherwise the Store's copy is returned. The result is the caller's own, with a non-nil Claims
 // map: changing it changes nothing in the Store.
 //
 // An unreadable file gives an error wrapping ErrCorrupt; a file of a newer
@@ -74,13 +103,19 @@ func (s *Store) Load() (Checkpoint, error) {
 }
 
 func (s *Store) loadLocked() error {
-	if s.loaded {
+	id, err := statID(s.path)
+	if err != nil {
+		return err
+	}
+	if s.loaded && id == s.id {
 		return nil
 	}
-	s.removeStaleTemps()
+	if !s.loaded {
+		s.removeStaleTemps()
+	}
 	b, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		s.cur, s.onDisk, s.loaded = Checkpoint{Claims: map[string]Claim{}}, nil, true
+		s.cur, s.onDisk, s.id, s.loaded = Checkpoint{Claims: map[string]Claim{}}, nil, fileID{}, true
 		return nil
 	}
 	if err != nil {
@@ -90,8 +125,32 @@ func (s *Store) loadLocked() error {
 	if err != nil {
 		return err
 	}
-	s.cur, s.onDisk, s.loaded = cp, data, true
+	// The id read before the file: if it was replaced in between, the next
+	// use reads it again.
+	s.cur, s.onDisk, s.id, s.loaded = cp, data, id, true
 	return nil
+}
+
+// lockFile takes the cross-process write lock; the caller holds s.mu and
+// calls the returned unlock.
+func (s *Store) lockFile() (func(), error) {
+	if s.lock == nil {
+		f, err := os.Open(filepath.Dir(s.path))
+		if err != nil {
+			return nil, fmt.Errorf("locking the checkpoint %s: %w", s.path, err)
+		}
+		s.lock = f
+	}
+	for {
+		err := syscall.Flock(int(s.lock.Fd()), syscall.LOCK_EX)
+		if err == nil {
+			break
+		}
+		if err != syscall.EINTR {
+			return nil, fmt.Errorf("locking the checkpoint's directory %s: %w", filepath.Dir(s.path), err)
+		}
+	}
+	return func() { _ = syscall.Flock(int(s.lock.Fd()), syscall.LOCK_UN) }, nil
 }
 
 // removeStaleTemps removes temp files a crash in the middle of a Save left
@@ -125,6 +184,11 @@ func tempName(path string) string {
 func (s *Store) Save(cp Checkpoint) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unlock, err := s.lockFile()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	return s.saveLocked(cp.clone(), false)
 }
 
@@ -142,12 +206,19 @@ func (s *Store) saveLocked(cp Checkpoint, unlessSame bool) error {
 		s.cur = cp
 		return nil
 	}
+	forget := func() { s.loaded, s.cur, s.onDisk, s.id = false, Checkpoint{}, nil, fileID{} }
 	if err := s.writeFile(encodeFile(data)); err != nil {
 		// Whether the file changed is not certain: read it again next time.
-		s.loaded, s.cur, s.onDisk = false, Checkpoint{}, nil
+		forget()
 		return err
 	}
-	s.cur, s.onDisk, s.loaded = cp, data, true
+	// Under the file lock nobody else renames in between.
+	id, err := statID(s.path)
+	if err != nil {
+		forget()
+		return nil // saved; the next use reads it back
+	}
+	s.cur, s.onDisk, s.id, s.loaded = cp, data, id, true
 	return nil
 }
 
@@ -163,14 +234,19 @@ func (s *Store) writeFile(b []byte) error {
 }
 
 // Update applies fn to the checkpoint and saves the result, as one step
-// under the Store's lock, so concurrent Updates never lose each other's
-// changes. The file is read only on first use. fn works on a copy: if it
+// under the Store's lock and the file lock, so concurrent Updates, in this
+// process or another, never lose each other's changes. fn works on a copy: if it
 // returns an error, or the save fails, nothing changes, and the error is
 // returned as is. fn must not keep cp after it returns. Nothing is written
 // when fn leaves the checkpoint as the file has it.
 func (s *Store) Update(fn func(cp *Checkpoint) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unlock, err := s.lockFile()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := s.loadLocked(); err != nil {
 		return err
 	}
@@ -206,7 +282,7 @@ func (s *Store) Quarantine() (string, error) {
 	if err := os.Rename(s.path, target); err != nil {
 		return "", fmt.Errorf("moving the checkpoint aside: %w", err)
 	}
-	s.cur, s.onDisk, s.loaded = Checkpoint{Claims: map[string]Claim{}}, nil, true
+	s.cur, s.onDisk, s.id, s.loaded = Checkpoint{Claims: map[string]Claim{}}, nil, fileID{}, true
 	if s.fsync {
 		if err := atomicfile.SyncDir(filepath.Dir(s.path)); err != nil {
 			return target, fmt.Errorf("moved the checkpoint aside to %s, but: %w", target, err)
