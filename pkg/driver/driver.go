@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	gosort "slices"
 	"sync"
 	"time"
@@ -93,8 +94,11 @@ type Driver struct {
 	// events may ask at once, and a slower discovery must not swap in an
 	// older view after a newer one.
 	scanMu sync.Mutex
+	// pubMu orders publishes the same way.
+	pubMu sync.Mutex
 
 	mu        sync.Mutex // guards the fields below
+	scanned   bool       // inv holds a discovery
 	inv       hca.Inventory
 	byDevice  map[string]hca.HCA // usable HCAs by DRA device name
 	publisher Publisher
@@ -103,6 +107,11 @@ type Driver struct {
 
 	retryCh chan struct{}
 	onInv   func(hca.Inventory)
+
+	// orphanSpecs are CDI specs found after a corrupt checkpoint was moved
+	// aside: their claims may still be prepared, so only an unprepare
+	// removes them. Set in New, read-only after.
+	orphanSpecs map[string]bool
 
 	taintedSince  map[string]metav1.Time // by device name; guarded by mu
 	healthChanged chan struct{}          // closed on every inventory change; guarded by mu
@@ -129,11 +138,12 @@ type Deps struct {
 // New recovers the driver's state and takes the first inventory.
 //
 // Recovery, in order: a corrupt checkpoint is moved aside (with a warning)
-// and the driver starts empty rather than crash-looping; CDI specs of claims
-// the checkpoint does not know are removed (a crash between writing the spec
-// and the checkpoint leaves one); the specs of known claims are rewritten,
-// because /var/run/cdi is a tmpfs that a reboot empties while the kubelet
-// still considers the claims prepared.
+// and the driver starts empty rather than crash-looping, keeping the CDI
+// specs it finds until their claims are unprepared; the specs of known
+// claims are rewritten, because /var/run/cdi is a tmpfs that a reboot
+// empties while the kubelet still considers the claims prepared; specs of
+// unknown claims older than staleSpecAge are removed (a crash between
+// writing the spec and the checkpoint leaves one).
 func New(ctx context.Context, cfg Config, deps Deps) (*Driver, error) {
 	logger := klog.FromContext(ctx)
 	if cfg.DriverName == "" || cfg.NodeName == "" {
@@ -165,6 +175,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Driver, error) {
 	if d.metrics == nil {
 		d.metrics = NewMetrics()
 	}
+	quarantined := false
 	if _, err := d.store.Load(); errors.Is(err, checkpoint.ErrCorrupt) {
 		moved, qerr := d.store.Quarantine()
 		if qerr != nil {
@@ -172,37 +183,77 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Driver, error) {
 		}
 		logger.Error(err, "Checkpoint is corrupt; moved it aside and starting with no prepared claims", "movedTo", moved)
 		d.metrics.backgroundErrors.WithLabelValues("checkpoint").Inc()
+		quarantined = true
 	} else if err != nil {
 		return nil, err
 	}
 	if _, err := d.rescan(ctx); err != nil {
 		return nil, err
 	}
+	if quarantined {
+		uids, err := d.specs.ClaimUIDs()
+		if err != nil {
+			return nil, fmt.Errorf("listing CDI specs: %w", err)
+		}
+		d.orphanSpecs = map[string]bool{}
+		for _, uid := range uids {
+			d.orphanSpecs[uid] = true
+		}
+		if len(uids) > 0 {
+			logger.Info("Keeping the CDI specs found beside the corrupt checkpoint: running pods may restart containers with them; each goes when the kubelet unprepares its claim", "specs", len(uids))
+		}
+	}
 	if err := d.recoverSpecs(ctx); err != nil {
 		return nil, err
 	}
+	d.sweepSpecs(ctx, time.Now())
 	return d, nil
 }
 
-// recoverSpecs removes CDI specs of unknown claims and rewrites known ones.
+// staleSpecAge is how old a CDI spec of a claim the checkpoint does not
+// know must be before it is removed. A prepare writes the spec before the
+// checkpoint, and during a rolling update the other daemon may be between
+// the two.
+const staleSpecAge = time.Minute
+
+// sweepSpecs removes the CDI specs of claims that are not prepared (a crash
+// between writing a spec and the checkpoint leaves one). It runs at start
+// and on every rescan tick, on the slow path.
+func (d *Driver) sweepSpecs(ctx context.Context, now time.Time) {
+	logger := klog.FromContext(ctx)
+	cp, err := d.store.Load()
+	if err != nil {
+		return // New reported it
+	}
+	uids, err := d.specs.ClaimUIDs()
+	if err != nil {
+		logger.Error(err, "Listing CDI specs")
+		return
+	}
+	for _, uid := range uids {
+		if _, ok := cp.Claims[uid]; ok || gosort.Contains(d.cfg.PreserveSpecs, uid) || d.orphanSpecs[uid] {
+			continue
+		}
+		fi, err := os.Stat(d.specs.Path(uid))
+		if err == nil && now.Sub(fi.ModTime()) < staleSpecAge {
+			continue
+		}
+		if err := d.specs.RemoveClaim(uid); err != nil {
+			logger.Error(err, "Removing the CDI spec of a claim that is not prepared", "claimUID", uid)
+			d.metrics.backgroundErrors.WithLabelValues("cdi").Inc()
+			continue
+		}
+		logger.Info("Removed CDI spec of a claim that is not prepared", "claimUID", uid)
+	}
+}
+
+// recoverSpecs rewrites the CDI specs of prepared claims: /var/run/cdi is a
+// tmpfs that a reboot empties while the kubelet still has them prepared.
 func (d *Driver) recoverSpecs(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	cp, err := d.store.Load()
 	if err != nil {
 		return err
-	}
-	uids, err := d.specs.ClaimUIDs()
-	if err != nil {
-		return fmt.Errorf("listing CDI specs: %w", err)
-	}
-	for _, uid := range uids {
-		if _, ok := cp.Claims[uid]; ok || gosort.Contains(d.cfg.PreserveSpecs, uid) {
-			continue
-		}
-		if err := d.specs.RemoveClaim(uid); err != nil {
-			return fmt.Errorf("removing stale CDI spec of claim %s: %w", uid, err)
-		}
-		logger.Info("Removed CDI spec of a claim that is not prepared", "claimUID", uid)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

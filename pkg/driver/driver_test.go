@@ -625,12 +625,22 @@ func TestReboot(t *testing.T) {
 	}
 }
 
+// TestStaleSpecRemovedAtStart: a spec of a claim the checkpoint does not
+// know (a crash between the spec and the checkpoint) is removed once it is
+// a minute old; a younger one may be a prepare in flight in the other
+// daemon of a rolling update, and stays.
 func TestStaleSpecRemovedAtStart(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	stale := cdi.NewSpecDir(e.cdiDir)
-	if err := stale.WriteClaim("uid-stale", cdi.CommonEdits(nil, nil, cdi.EditOptions{}),
-		[]cdi.ClaimDevice{{Name: cdi.DeviceName("uid-stale", "mlx5-0", ""), Edits: mustEdits(t, e, "mlx5_0")}}); err != nil {
+	for _, uid := range []string{"uid-stale", "uid-in-flight"} {
+		if err := stale.WriteClaim(uid, cdi.CommonEdits(nil, nil, cdi.EditOptions{}),
+			[]cdi.ClaimDevice{{Name: cdi.DeviceName(uid, "mlx5-0", ""), Edits: mustEdits(t, e, "mlx5_0")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-2 * time.Minute)
+	if err := os.Chtimes(stale.Path("uid-stale"), old, old); err != nil {
 		t.Fatal(err)
 	}
 	foreign := filepath.Join(e.cdiDir, "vendor.example-gpu.json")
@@ -638,8 +648,8 @@ func TestStaleSpecRemovedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.start()
-	if uids, _ := stale.ClaimUIDs(); len(uids) != 0 {
-		t.Errorf("stale specs left: %v", uids)
+	if uids, _ := stale.ClaimUIDs(); !slices.Equal(uids, []string{"uid-in-flight"}) {
+		t.Errorf("specs after start: %v, want only the young uid-in-flight", uids)
 	}
 	if _, err := os.Stat(foreign); err != nil {
 		t.Errorf("another vendor's spec was touched: %v", err)
@@ -665,13 +675,33 @@ func mustEdits(t *testing.T, e *env, ibdev string) cdispec.ContainerEdits {
 	return cdispec.ContainerEdits{}
 }
 
+// TestCorruptCheckpoint: the corrupt file is moved aside and the driver
+// starts empty, but the CDI specs already written stay (a running pod may
+// restart a container with them) until the kubelet unprepares the claim.
 func TestCorruptCheckpoint(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.start()
+	running := e.claim("running", hostNetworkPod("r", true), one("mlx5-4"))
+	ids := e.mustPrepare(running)
+	e.stop()
 	if err := os.WriteFile(e.checkpointPath(), []byte(`{"version":1,"checksum":"00","data":{"cla`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(cdi.NewSpecDir(e.cdiDir).Path(string(running.UID)), old, old); err != nil {
+		t.Fatal(err)
+	}
 	e.start()
+	if got := devicesOf(e.container(ids...)); !slices.Contains(got, "/dev/infiniband/uverbs4 c 231:196") {
+		t.Errorf("after the corrupt checkpoint the running claim's spec is gone: devices %v", got)
+	}
+	if r := e.unprepare(ref(running))[string(running.UID)]; r.Error != "" {
+		t.Fatalf("unprepare: %s", r.Error)
+	}
+	if uids, _ := cdi.NewSpecDir(e.cdiDir).ClaimUIDs(); len(uids) != 0 {
+		t.Errorf("specs after unprepare: %v", uids)
+	}
 	matches, _ := filepath.Glob(e.checkpointPath() + ".corrupt-*")
 	if len(matches) != 1 {
 		t.Fatalf("corrupt checkpoint not moved aside: %v", matches)

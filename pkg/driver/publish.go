@@ -34,7 +34,10 @@ func (d *Driver) rescan(ctx context.Context) (bool, error) {
 	}
 	byDevice := rslices.Published(inv)
 	d.mu.Lock()
-	changed := !apiequality.Semantic.DeepEqual(d.inv, inv)
+	// The first inventory always counts as a change, even an empty one: the
+	// device-plugin shim waits for it.
+	changed := !d.scanned || !apiequality.Semantic.DeepEqual(d.inv, inv)
+	d.scanned = true
 	old := d.inv
 	d.inv, d.byDevice = inv, byDevice
 	if changed {
@@ -128,6 +131,10 @@ func (d *Driver) resourcesLocked() resourceslice.DriverResources {
 // publish hands the slices to the publisher when they differ from what it
 // was last given.
 func (d *Driver) publish(ctx context.Context) error {
+	// Held across PublishResources: with concurrent publishes, a slower
+	// one carrying an older inventory must not land last.
+	d.pubMu.Lock()
+	defer d.pubMu.Unlock()
 	d.mu.Lock()
 	if d.publisher == nil {
 		d.mu.Unlock()
@@ -184,6 +191,7 @@ func (d *Driver) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+			d.sweepSpecs(ctx, time.Now())
 		case <-retry:
 			retry = nil
 		case <-d.retryRequests():
