@@ -70,20 +70,32 @@ func (d *Discoverer) Discover() (Inventory, error) {
 	if err != nil {
 		return inv, fmt.Errorf("listing RDMA devices: %w", err)
 	}
-	uverbs, warns := pass.uverbsDevices()
+	uverbs, badUverbs, warns := pass.uverbsDevices()
 	inv.Warnings = append(inv.Warnings, warns...)
 	mads, warns := pass.madDevices()
 	inv.Warnings = append(inv.Warnings, warns...)
 
 	for _, e := range entries {
 		h := pass.hca(e.Name())
+		badReason := ""
 		if u, ok := uverbs[h.Name]; ok {
 			h.Uverbs = &u
+		} else if r, ok := badUverbs[h.Name]; ok {
+			badReason = r
+			delete(badUverbs, h.Name)
 		}
 		h.MAD = mads[h.Name]
-		pass.judge(&h)
+		pass.judge(&h, badReason)
 		inv.HCAs = append(inv.HCAs, h)
 	}
+	// A bad verbs device of an ibdev that is not there (or that has a good
+	// one too) is nobody's UnusableReason: say it on the node.
+	orphans := make([]string, 0, len(badUverbs))
+	for _, r := range badUverbs {
+		orphans = append(orphans, r)
+	}
+	slices.Sort(orphans)
+	inv.Warnings = append(inv.Warnings, orphans...)
 	slices.SortFunc(inv.HCAs, func(a, b HCA) int { return strings.Compare(a.Name, b.Name) })
 	return inv, nil
 }
@@ -106,13 +118,20 @@ func (p *pass) read(path string) (string, error) {
 // warner collects warnings that name the file.
 type warner struct{ list *[]string }
 
-func (w warner) add(path string, err error) {
+func (w warner) add(path string, err error) { *w.list = append(*w.list, fileError(path, err)) }
+
+// fileError is "<path>: <err>", without repeating the path a PathError
+// already carries.
+func fileError(path string, err error) string {
 	var pe *fs.PathError
 	if errors.As(err, &pe) && pe.Path == path {
 		err = pe.Err
 	}
-	*w.list = append(*w.list, fmt.Sprintf("%s: %v", path, err))
+	return fmt.Sprintf("%s: %v", path, err)
 }
+
+// addErr records an error that already names its file.
+func (w warner) addErr(err error) { *w.list = append(*w.list, err.Error()) }
 
 // readAttr reads a required attribute; a failure is a warning.
 func (p *pass) readAttr(w warner, path string) (string, bool) {
@@ -162,23 +181,44 @@ func (p *pass) rdmaCM(warns *[]string) *CharDevice {
 		w.add(path, err)
 		return nil
 	}
-	cd, err := p.charDevice("rdma_cm", s)
+	cd, err := p.charDevice("rdma_cm", path, s)
 	if err != nil {
-		w.add(path, err)
+		// Every container that gets rdma_cm would get the bad node: leave
+		// it out, as when rdma_ucm is not loaded, and say so.
+		w.addErr(fmt.Errorf("%w; rdma_cm is left out of the inventory", err))
 		return nil
 	}
 	return &cd
 }
 
-// charDevice builds a CharDevice from a dev file and looks for its node.
-func (p *pass) charDevice(name, dev string) (CharDevice, error) {
+// charDevice builds a CharDevice from its sysfs dev file (path, holding
+// dev) and looks for its node under the dev root. It fails, naming the file
+// at fault, when dev is not a device number the kernel allocates, or when the
+// node is there but is not a character device of that number. A node that
+// is missing is not an error here (Exists is false), nor is a regular file:
+// that is what a simulated node has when it was built without root, and a
+// container's node is made from the sysfs number, never copied from /dev.
+func (p *pass) charDevice(name, path, dev string) (CharDevice, error) {
 	major, minor, err := parseDevNumbers(dev)
 	if err != nil {
-		return CharDevice{}, err
+		return CharDevice{}, fmt.Errorf("%s: %w", path, err)
 	}
 	cd := CharDevice{Name: name, Path: "/dev/infiniband/" + name, Major: major, Minor: minor}
-	_, err = os.Stat(filepath.Join(p.d.devRoot, "infiniband", name))
-	cd.Exists = err == nil
+	node := filepath.Join(p.d.devRoot, "infiniband", name)
+	fi, err := os.Stat(node)
+	if err != nil {
+		return cd, nil
+	}
+	cd.Exists = true
+	switch mode := fi.Mode(); {
+	case mode.IsRegular():
+	case mode.Type() != fs.ModeDevice|fs.ModeCharDevice:
+		return CharDevice{}, fmt.Errorf("%s is not a character device (mode %v)", node, mode)
+	default:
+		if ma, mi, ok := nodeNumber(fi); ok && (ma != major || mi != minor) {
+			return CharDevice{}, fmt.Errorf("%s is character device %d:%d, but %s says %q", node, ma, mi, path, dev)
+		}
+	}
 	return cd, nil
 }
 
@@ -203,29 +243,36 @@ func (p *pass) classDevices(class string) ([]string, error) {
 	return out, nil
 }
 
-// uverbsDevices maps ibdev name to its verbs device.
-func (p *pass) uverbsDevices() (map[string]CharDevice, []string) {
-	var warns []string
+// uverbsDevices maps ibdev name to its verbs device. A verbs device whose
+// dev file is unreadable or impossible, or whose /dev node contradicts it,
+// is left out of good; bad then says why, by ibdev, naming the file, to
+// become the HCA's UnusableReason.
+func (p *pass) uverbsDevices() (good map[string]CharDevice, bad map[string]string, warns []string) {
 	w := warner{&warns}
 	dirs, err := p.classDevices("infiniband_verbs")
 	if err != nil {
 		w.add(filepath.Join(p.root, "class", "infiniband_verbs"), err)
 	}
-	out := map[string]CharDevice{}
+	good, bad = map[string]CharDevice{}, map[string]string{}
 	for _, dir := range dirs {
-		ibdev, ok1 := p.readAttr(w, filepath.Join(dir, "ibdev"))
-		dev, ok2 := p.readAttr(w, filepath.Join(dir, "dev"))
-		if !ok1 || !ok2 {
+		ibdev, ok := p.readAttr(w, filepath.Join(dir, "ibdev"))
+		if !ok {
 			continue
 		}
-		cd, err := p.charDevice(filepath.Base(dir), dev)
+		devPath := filepath.Join(dir, "dev")
+		dev, err := p.read(devPath)
 		if err != nil {
-			w.add(filepath.Join(dir, "dev"), err)
+			bad[ibdev] = fileError(devPath, err)
 			continue
 		}
-		out[ibdev] = cd
+		cd, err := p.charDevice(filepath.Base(dir), devPath, dev)
+		if err != nil {
+			bad[ibdev] = err.Error()
+			continue
+		}
+		good[ibdev] = cd
 	}
-	return out, warns
+	return good, bad, warns
 }
 
 // madDevices maps ibdev name to its umad and issm devices, sorted by name.
@@ -249,9 +296,9 @@ func (p *pass) madDevices() (map[string][]CharDevice, []string) {
 			w.add(filepath.Join(dir, "port"), fmt.Errorf("cannot parse %q: want a port number", port))
 			continue
 		}
-		cd, err := p.charDevice(filepath.Base(dir), dev)
+		cd, err := p.charDevice(filepath.Base(dir), filepath.Join(dir, "dev"), dev)
 		if err != nil {
-			w.add(filepath.Join(dir, "dev"), err)
+			w.addErr(err)
 			continue
 		}
 		cd.Port = n
@@ -572,9 +619,12 @@ func (p *pass) pci(w warner, ibdir string) *PCIInfo {
 	return info
 }
 
-// judge decides whether an HCA can be handed to a container.
-func (p *pass) judge(h *HCA) {
+// judge decides whether an HCA can be handed to a container. badUverbs is
+// why its verbs device was rejected, if it was.
+func (p *pass) judge(h *HCA, badUverbs string) {
 	switch {
+	case h.Uverbs == nil && badUverbs != "":
+		h.UnusableReason = badUverbs
 	case h.Uverbs == nil:
 		h.UnusableReason = "no uverbs device is bound to it (is ib_uverbs loaded?)"
 	case !h.Uverbs.Exists:

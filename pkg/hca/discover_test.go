@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
@@ -213,6 +217,206 @@ func TestDiscoverMissingDevNode(t *testing.T) {
 	}
 }
 
+// A verbs device number the kernel never allocates, or a /dev node that
+// contradicts it, would be published and then fail every prepare (and, on
+// the device-plugin route, the node-wide edits): the HCA is unusable, the
+// file at fault named, and the HCAs next to it are untouched.
+func TestDiscoverBadUverbsDevice(t *testing.T) {
+	tests := []struct {
+		name     string
+		dev      string        // written to mlx5_3's uverbs3/dev; "" = left alone
+		fault    syscall.Errno // reading uverbs3/dev fails so
+		node     func(path string) error
+		needRoot bool   // node makes a device node
+		reason   string // %[1]s is the sysfs root, %[2]s the dev root
+	}{
+		{
+			name: "major 0", dev: "0:195",
+			reason: `%[1]s/class/infiniband_verbs/uverbs3/dev: major 0 in "0:195" is not a device the kernel allocates`,
+		},
+		{
+			name: "major beyond 12 bits", dev: "4096:195",
+			reason: `%[1]s/class/infiniband_verbs/uverbs3/dev: major 4096 in "4096:195" is not a device the kernel allocates (majors end at 4095)`,
+		},
+		{
+			name: "minor beyond 20 bits", dev: "231:1048576",
+			reason: `%[1]s/class/infiniband_verbs/uverbs3/dev: minor 1048576 in "231:1048576" is not a device the kernel allocates (minors end at 1048575)`,
+		},
+		{
+			name: "garbled", dev: "231-195",
+			reason: `%[1]s/class/infiniband_verbs/uverbs3/dev: cannot parse "231-195": want "<major>:<minor>"`,
+		},
+		{
+			name: "unreadable", fault: syscall.EIO,
+			reason: `%[1]s/class/infiniband_verbs/uverbs3/dev: input/output error`,
+		},
+		{
+			name: "node is a directory", node: func(p string) error { return mkdirMode(p, 0o755) },
+			reason: `%[2]s/infiniband/uverbs3 is not a character device (mode drwxr-xr-x)`,
+		},
+		{
+			name: "node is a block device", needRoot: true, node: mknod(unix.S_IFBLK, 231, 195),
+			reason: `%[2]s/infiniband/uverbs3 is not a character device (mode Drw-rw-rw-)`,
+		},
+		{
+			name: "node has another number", needRoot: true, node: mknod(unix.S_IFCHR, 231, 196),
+			reason: `%[2]s/infiniband/uverbs3 is character device 231:196, but %[1]s/class/infiniband_verbs/uverbs3/dev says "231:195"`,
+		},
+		{
+			name: "node has major 0", needRoot: true, node: mknod(unix.S_IFCHR, 0, 195),
+			reason: `%[2]s/infiniband/uverbs3 is character device 0:195, but %[1]s/class/infiniband_verbs/uverbs3/dev says "231:195"`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.needRoot && os.Geteuid() != 0 {
+				t.Skip("not root: cannot make device nodes")
+			}
+			spec, _ := hcatest.Preset("dgx-h100")
+			if tt.dev != "" {
+				spec.HCAs[3].Corrupt = map[string]string{"pci:infiniband_verbs/uverbs3/dev": tt.dev}
+			}
+			n := build(t, spec)
+			if tt.fault != 0 {
+				n.Faults[filepath.Join(n.PCIDir("mlx5_3"), "infiniband_verbs", "uverbs3", "dev")] = tt.fault
+			}
+			if tt.node != nil {
+				path := filepath.Join(n.DevRoot, "infiniband", "uverbs3")
+				if err := os.Remove(path); err != nil {
+					t.Fatal(err)
+				}
+				if err := tt.node(path); err != nil {
+					t.Fatal(err)
+				}
+			}
+			inv := discover(t, n)
+			want := fmt.Sprintf(tt.reason, realPath(t, n.SysfsRoot), n.DevRoot)
+			if len(inv.HCAs) != 10 {
+				t.Fatalf("got %d HCAs, want all 10", len(inv.HCAs))
+			}
+			for _, h := range inv.HCAs {
+				if len(h.Warnings) > 0 {
+					t.Errorf("%s: unexpected warnings %q", h.Name, h.Warnings)
+				}
+				if h.Name != "mlx5_3" {
+					if !h.Usable || h.Uverbs == nil {
+						t.Errorf("%s next to the bad one: usable=%v reason=%q, want usable", h.Name, h.Usable, h.UnusableReason)
+					}
+					continue
+				}
+				if h.Usable || h.UnusableReason != want || h.Problem() != want {
+					t.Errorf("mlx5_3: usable=%v reason=%q\nwant unusable, reason %q", h.Usable, h.UnusableReason, want)
+				}
+				if h.Uverbs != nil {
+					t.Errorf("mlx5_3: rejected verbs device kept as %+v", *h.Uverbs)
+				}
+			}
+			if len(inv.Warnings) > 0 {
+				t.Errorf("unexpected node warnings %q (the reason is on the HCA)", inv.Warnings)
+			}
+		})
+	}
+}
+
+// A bad rdma_cm is left out of the inventory (every container would get
+// it) and a bad MAD device is left off its HCA, each with a node warning
+// naming the file; every HCA stays usable.
+func TestDiscoverBadNodeWideDevices(t *testing.T) {
+	tests := []struct {
+		name     string
+		sysfs    map[string]string // relative to the sysfs root => content
+		node     string            // name under dev/infiniband replaced by makeNode
+		makeNode func(path string) error
+		needRoot bool
+		rdmaCM   bool     // whether rdma_cm stays in the inventory
+		mad3     string   // mlx5_3's MAD devices
+		warnings []string // %[1]s is the sysfs root, %[2]s the dev root
+	}{
+		{
+			name: "rdma_cm major 0", sysfs: map[string]string{"class/misc/rdma_cm/dev": "0:58"},
+			mad3: "issm3 umad3",
+			warnings: []string{
+				`%[1]s/class/misc/rdma_cm/dev: major 0 in "0:58" is not a device the kernel allocates; rdma_cm is left out of the inventory`,
+			},
+		},
+		{
+			name: "rdma_cm garbled", sysfs: map[string]string{"class/misc/rdma_cm/dev": "ten:58"},
+			mad3: "issm3 umad3",
+			warnings: []string{
+				`%[1]s/class/misc/rdma_cm/dev: cannot parse "ten:58": want "<major>:<minor>"; rdma_cm is left out of the inventory`,
+			},
+		},
+		{
+			name: "rdma_cm node has another number", node: "rdma_cm", makeNode: mknod(unix.S_IFCHR, 10, 59), needRoot: true,
+			mad3: "issm3 umad3",
+			warnings: []string{
+				`%[2]s/infiniband/rdma_cm is character device 10:59, but %[1]s/class/misc/rdma_cm/dev says "10:58"; rdma_cm is left out of the inventory`,
+			},
+		},
+		{
+			name: "umad major 0", sysfs: map[string]string{"class/infiniband_mad/umad3/dev": "0:3"},
+			rdmaCM: true, mad3: "issm3",
+			warnings: []string{
+				`%[1]s/class/infiniband_mad/umad3/dev: major 0 in "0:3" is not a device the kernel allocates`,
+			},
+		},
+		{
+			name: "issm node is a directory", node: "issm3", makeNode: func(p string) error { return mkdirMode(p, 0o755) },
+			rdmaCM: true, mad3: "umad3",
+			warnings: []string{`%[2]s/infiniband/issm3 is not a character device (mode drwxr-xr-x)`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.needRoot && os.Geteuid() != 0 {
+				t.Skip("not root: cannot make device nodes")
+			}
+			n := preset(t, "dgx-h100")
+			for rel, content := range tt.sysfs {
+				if err := os.WriteFile(filepath.Join(n.SysfsRoot, rel), []byte(content+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.makeNode != nil {
+				path := filepath.Join(n.DevRoot, "infiniband", tt.node)
+				if err := os.Remove(path); err != nil {
+					t.Fatal(err)
+				}
+				if err := tt.makeNode(path); err != nil {
+					t.Fatal(err)
+				}
+			}
+			inv := discover(t, n)
+			sys := realPath(t, n.SysfsRoot)
+			var want []string
+			for _, w := range tt.warnings {
+				want = append(want, fmt.Sprintf(w, sys, n.DevRoot))
+			}
+			if !slices.Equal(inv.Warnings, want) {
+				t.Errorf("node warnings:\n got %q\nwant %q", inv.Warnings, want)
+			}
+			if (inv.RDMACM != nil) != tt.rdmaCM {
+				t.Errorf("rdma_cm in the inventory: %v, want %v", inv.RDMACM != nil, tt.rdmaCM)
+			}
+			for _, h := range inv.HCAs {
+				if !h.Usable || len(h.Warnings) > 0 {
+					t.Errorf("%s: usable=%v reason=%q warnings=%q, want usable without warnings", h.Name, h.Usable, h.UnusableReason, h.Warnings)
+				}
+				if h.Name != "mlx5_3" {
+					continue
+				}
+				var mads []string
+				for _, m := range h.MAD {
+					mads = append(mads, m.Name)
+				}
+				if got := strings.Join(mads, " "); got != tt.mad3 {
+					t.Errorf("mlx5_3 MAD devices = %q, want %q", got, tt.mad3)
+				}
+			}
+		})
+	}
+}
+
 func TestDiscoverNoSysfs(t *testing.T) {
 	if _, err := hca.Discover(hca.WithSysfsRoot(t.TempDir() + "/nope")); err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Errorf("missing sysfs root: err = %v, want one naming the path", err)
@@ -244,4 +448,33 @@ func BenchmarkDiscover(b *testing.B) {
 
 func removeDevNode(n *hcatest.Node, name string) error {
 	return os.Remove(filepath.Join(n.DevRoot, "infiniband", name))
+}
+
+// realPath is path with symlinks resolved, as discovery names sysfs files.
+func realPath(t *testing.T, path string) string {
+	t.Helper()
+	p, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// mkdirMode makes a directory of exactly mode, whatever the umask.
+func mkdirMode(path string, mode os.FileMode) error {
+	if err := os.Mkdir(path, mode); err != nil {
+		return err
+	}
+	return os.Chmod(path, mode)
+}
+
+// mknod returns a maker of a device node of type typ (unix.S_IFCHR or
+// unix.S_IFBLK) and number major:minor, mode 0666 whatever the umask.
+func mknod(typ uint32, major, minor uint32) func(string) error {
+	return func(path string) error {
+		if err := unix.Mknod(path, typ|0o666, int(unix.Mkdev(major, minor))); err != nil {
+			return &os.PathError{Op: "mknod", Path: path, Err: err}
+		}
+		return os.Chmod(path, 0o666)
+	}
 }

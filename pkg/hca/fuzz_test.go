@@ -61,7 +61,10 @@ func FuzzParseDevNumbers(f *testing.F) {
 	f.Add("10:58")
 	f.Add("4294967295:4294967295")
 	f.Fuzz(func(t *testing.T, s string) {
-		_, _, _ = parseDevNumbers(s)
+		ma, mi, err := parseDevNumbers(s)
+		if err == nil && (ma == 0 || ma > maxDevMajor || mi > maxDevMinor) {
+			t.Fatalf("parseDevNumbers(%q) accepted %d:%d, a number the kernel never allocates", s, ma, mi)
+		}
 	})
 }
 

@@ -97,7 +97,18 @@ func parsePCIID(s string) (string, error) {
 	return fmt.Sprintf("%04x", v), nil
 }
 
-// parseDevNumbers parses a sysfs dev file, "231:192".
+// Bounds of a Linux device number (include/linux/kdev_t.h): a 12-bit
+// major and a 20-bit minor.
+const (
+	maxDevMajor = 1<<12 - 1
+	maxDevMinor = 1<<20 - 1
+)
+
+// parseDevNumbers parses a sysfs dev file, "231:192". It rejects numbers the
+// kernel never gives a character device: major 0 (register_chrdev reads 0
+// as "pick a major for me", so no driver ends up with it) and numbers beyond
+// the 12-bit major or the 20-bit minor. Handing such a number to a container
+// runtime makes every device node built from it fail.
 func parseDevNumbers(s string) (major, minor uint32, err error) {
 	ma, mi, ok := strings.Cut(s, ":")
 	if !ok {
@@ -107,6 +118,14 @@ func parseDevNumbers(s string) (major, minor uint32, err error) {
 	b, err2 := strconv.ParseUint(mi, 10, 32)
 	if err1 != nil || err2 != nil {
 		return 0, 0, fmt.Errorf("cannot parse %q: want \"<major>:<minor>\"", s)
+	}
+	switch {
+	case a == 0:
+		return 0, 0, fmt.Errorf("major 0 in %q is not a device the kernel allocates", s)
+	case a > maxDevMajor:
+		return 0, 0, fmt.Errorf("major %d in %q is not a device the kernel allocates (majors end at %d)", a, s, maxDevMajor)
+	case b > maxDevMinor:
+		return 0, 0, fmt.Errorf("minor %d in %q is not a device the kernel allocates (minors end at %d)", b, s, maxDevMinor)
 	}
 	return uint32(a), uint32(b), nil
 }

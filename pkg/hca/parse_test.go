@@ -116,19 +116,30 @@ func TestParseDevNumbers(t *testing.T) {
 	tests := []struct {
 		in           string
 		major, minor uint32
-		wantErr      bool
+		wantErr      string // the whole error; "" = none
 	}{
 		{in: "231:192", major: 231, minor: 192},
 		{in: "10:58", major: 10, minor: 58},
-		{in: "231", wantErr: true},
-		{in: "a:b", wantErr: true},
-		{in: "-1:3", wantErr: true},
-		{in: "99999999999:1", wantErr: true},
+		{in: "231:0", major: 231, minor: 0}, // umad0
+		{in: "4095:1048575", major: 4095, minor: 1048575},
+		{in: "231", wantErr: `cannot parse "231": want "<major>:<minor>"`},
+		{in: "a:b", wantErr: `cannot parse "a:b": want "<major>:<minor>"`},
+		{in: "-1:3", wantErr: `cannot parse "-1:3": want "<major>:<minor>"`},
+		{in: "99999999999:1", wantErr: `cannot parse "99999999999:1": want "<major>:<minor>"`},
+		{in: "0:195", wantErr: `major 0 in "0:195" is not a device the kernel allocates`},
+		{in: "0:0", wantErr: `major 0 in "0:0" is not a device the kernel allocates`},
+		{in: "4096:1", wantErr: `major 4096 in "4096:1" is not a device the kernel allocates (majors end at 4095)`},
+		{in: "231:1048576", wantErr: `minor 1048576 in "231:1048576" is not a device the kernel allocates (minors end at 1048575)`},
+		{in: "4294967295:4294967295", wantErr: `major 4294967295 in "4294967295:4294967295" is not a device the kernel allocates (majors end at 4095)`},
 	}
 	for _, tt := range tests {
 		ma, mi, err := parseDevNumbers(tt.in)
-		if (err != nil) != tt.wantErr || ma != tt.major || mi != tt.minor {
-			t.Errorf("parseDevNumbers(%q) = %d:%d, %v; want %d:%d, error %v", tt.in, ma, mi, err, tt.major, tt.minor, tt.wantErr)
+		gotErr := ""
+		if err != nil {
+			gotErr = err.Error()
+		}
+		if gotErr != tt.wantErr || ma != tt.major || mi != tt.minor {
+			t.Errorf("parseDevNumbers(%q) = %d:%d, %q; want %d:%d, %q", tt.in, ma, mi, gotErr, tt.major, tt.minor, tt.wantErr)
 		}
 	}
 }
