@@ -22,6 +22,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
@@ -46,7 +47,10 @@ type Publisher interface {
 // PodGetter finds the pods a claim is reserved for (for the hostNetwork
 // policy). It should serve from an informer; see NewPodInformer.
 type PodGetter interface {
-	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	// GetPod returns the pod namespace/name, preferably the one with uid:
+	// a cache may still hold an older pod of the same name (a StatefulSet
+	// pod recreated), and must then ask the API server.
+	GetPod(ctx context.Context, namespace, name string, uid types.UID) (*corev1.Pod, error)
 }
 
 // Config is what the daemon's flags decide.

@@ -97,7 +97,7 @@ func newEnv(t testing.TB) *env {
 
 type podGetter struct{ client *fake.Clientset }
 
-func (p podGetter) GetPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+func (p podGetter) GetPod(ctx context.Context, ns, name string, _ types.UID) (*corev1.Pod, error) {
 	return p.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 }
 
@@ -812,5 +812,18 @@ func TestLegacyDevice(t *testing.T) {
 	}
 	if got := envOf(s, "RDMA_DEVICES")["RDMA_DEVICES"]; got != "mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7,mlx5_8" {
 		t.Errorf("RDMA_DEVICES after removing mlx5_9 = %q", got)
+	}
+
+	// All of them gone: the spec still loads, with rdma_cm only.
+	for i := range 9 {
+		if err := e.node.RemoveHCA(fmt.Sprintf("mlx5_%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.drv.Rescan(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := devicesOf(e.container(ids...)); !slices.Equal(got, []string{"/dev/infiniband/rdma_cm c 10:58"}) {
+		t.Errorf("legacy container devices with no HCA left: %v, want rdma_cm only", got)
 	}
 }

@@ -131,3 +131,28 @@ func TestMetricsExposed(t *testing.T) {
 		t.Errorf("metrics = %s", got)
 	}
 }
+
+// TestFirstInventoryReachesTheShim: a node with no RDMA yet still hands its
+// (empty) first inventory to OnInventory, so the device-plugin shim stops
+// answering "not discovered yet".
+func TestFirstInventoryReachesTheShim(t *testing.T) {
+	dir := t.TempDir()
+	spec, _ := hcatest.Preset("empty")
+	node, err := hcatest.Build(filepath.Join(dir, "node"), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []hca.Inventory
+	_, err = New(context.Background(), Config{DriverName: "rdma.dra.dev", NodeName: "cpu01", AllowNonHostNetwork: true}, Deps{
+		Inventory:   hca.NewDiscoverer(hca.WithSysfsRoot(node.SysfsRoot), hca.WithDevRoot(node.DevRoot)),
+		SpecDir:     cdi.NewSpecDir(filepath.Join(dir, "cdi")),
+		Checkpoint:  checkpoint.NewStore(filepath.Join(dir, "checkpoint.json")),
+		OnInventory: func(inv hca.Inventory) { seen = append(seen, inv) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 1 || len(seen[0].HCAs) != 0 {
+		t.Fatalf("OnInventory saw %d inventories (%+v), want one empty", len(seen), seen)
+	}
+}

@@ -7,6 +7,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -37,6 +38,9 @@ func (d *Driver) followKernel(ctx context.Context, events <-chan kevents.Event) 
 				return
 			}
 			first = ev
+		}
+		if first.Source == kevents.Failed {
+			logger.Error(errors.New(first.Err), "Kernel events stopped for one socket; its changes are seen by polling only", "rescanInterval", d.cfg.RescanInterval)
 		}
 		n := 1
 		d.metrics.kernelEvents.WithLabelValues(string(first.Source)).Inc()

@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -44,13 +45,14 @@ func (p *PodInformer) Start(ctx context.Context) error {
 	return nil
 }
 
-// GetPod implements PodGetter.
-func (p *PodInformer) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+// GetPod implements PodGetter: from the cache when it has the pod with
+// uid, else (not seen yet, or an older pod of the same name) from the API.
+func (p *PodInformer) GetPod(ctx context.Context, namespace, name string, uid types.UID) (*corev1.Pod, error) {
 	pod, err := p.lister.Pods(namespace).Get(name)
-	if err == nil {
+	if err == nil && pod.UID == uid {
 		return pod, nil
 	}
-	if !apierrors.IsNotFound(err) {
+	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, err
 	}
 	return p.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})

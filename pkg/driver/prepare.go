@@ -230,7 +230,7 @@ func (d *Driver) checkHostNetwork(ctx context.Context, claim *resourceapi.Resour
 		if ref.APIGroup != "" || ref.Resource != "pods" {
 			continue
 		}
-		pod, err := d.pods.GetPod(ctx, claim.Namespace, ref.Name)
+		pod, err := d.pods.GetPod(ctx, claim.Namespace, ref.Name, ref.UID)
 		if err != nil {
 			return fmt.Errorf("looking up pod %s/%s for the hostNetwork policy: %w", claim.Namespace, ref.Name, err)
 		}
@@ -256,7 +256,13 @@ func (d *Driver) writeSpecLocked(c checkpoint.Claim, group []hca.HCA) error {
 		if h, ok := d.byDevice[dev.Device]; ok {
 			edits, err = cdi.DeviceEdits(h, opts)
 		} else if dev.IBDev == "" && d.isLegacy(dev.Device) {
-			edits, err = cdi.NodeEdits(d.usableLocked(), opts)
+			if usable := d.usableLocked(); len(usable) > 0 {
+				edits, err = cdi.NodeEdits(usable, opts)
+			} else {
+				// Every HCA gone: the spec must still load (CDI refuses a
+				// device without edits) and must not name removed nodes.
+				edits = cdispec.ContainerEdits{Env: []string{"RDMA_DEVICES="}}
+			}
 		} else {
 			return fmt.Errorf("device %s (%s) is no longer usable on node %s", dev.Device, dev.IBDev, d.cfg.NodeName)
 		}

@@ -26,6 +26,9 @@ const (
 	Uevent Source = "uevent"
 	// Overflow means the kernel dropped messages: anything may have changed.
 	Overflow Source = "overflow"
+	// Failed means a socket stopped with the error in Err: from now on
+	// its changes are seen only by polling.
+	Failed Source = "failed"
 )
 
 // Event is one notification, with enough detail for a log line.
@@ -45,6 +48,8 @@ type Event struct {
 	Up, Carrier bool
 	// DevPath is the uevent DEVPATH, under /sys.
 	DevPath string
+	// Err is why a socket failed (Failed).
+	Err string
 }
 
 func (e Event) String() string {
@@ -53,6 +58,8 @@ func (e Event) String() string {
 		return fmt.Sprintf("link %s %s (index %d, up=%t, carrier=%t)", e.Action, e.Name, e.Index, e.Up, e.Carrier)
 	case Uevent:
 		return fmt.Sprintf("uevent %s %s %s", e.Action, e.Subsystem, e.DevPath)
+	case Failed:
+		return "failed: " + e.Err
 	}
 	return string(e.Source)
 }

@@ -16,6 +16,7 @@ type Watcher struct {
 	wg     sync.WaitGroup
 	once   sync.Once
 	closed atomic.Bool
+	done   chan struct{} // closed by Close
 
 	mu  sync.Mutex
 	err error // the first read error that ended a socket
@@ -47,7 +48,7 @@ func Open(opts ...Option) (*Watcher, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	w := &Watcher{events: make(chan Event, max(o.buffer, 1))}
+	w := &Watcher{events: make(chan Event, max(o.buffer, 1)), done: make(chan struct{})}
 	type sub struct {
 		name          string
 		proto, groups int
@@ -120,6 +121,7 @@ func (w *Watcher) Err() error {
 func (w *Watcher) Close() error {
 	w.once.Do(func() {
 		w.closed.Store(true)
+		close(w.done)
 		for _, f := range w.files {
 			f.Close()
 		}
@@ -181,9 +183,16 @@ func (w *Watcher) fail(name string, err error) {
 	if w.closed.Load() {
 		return // the end Close asked for
 	}
+	err = fmt.Errorf("reading the %s socket: %w", name, err)
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.err == nil {
-		w.err = fmt.Errorf("reading the %s socket: %w", name, err)
+		w.err = err
+	}
+	w.mu.Unlock()
+	// Told, not just recorded: the reader logs it and knows polling is
+	// all that is left for this socket. Waits for room rather than drop it.
+	select {
+	case w.events <- Event{Source: Failed, Err: err.Error()}:
+	case <-w.done:
 	}
 }
