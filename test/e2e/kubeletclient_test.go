@@ -153,6 +153,17 @@ func TestKubeletClientAcrossSIGKILL(t *testing.T) {
 	}
 	w.startDriver()
 	dra = w.register()
+	// The restarted driver remembers mlx5-2 is prepared: another claim for
+	// it is refused (exclusive mode) until the first is unprepared.
+	second := allocatedClaim(t, w.cp.Client, "job-1", "mlx5-2")
+	sref := &drapb.Claim{Namespace: second.Namespace, Name: second.Name, Uid: string(second.UID)}
+	sresp, err := dra.NodePrepareResources(context.Background(), &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{sref}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := sresp.Claims[string(second.UID)].Error; !strings.Contains(e, "mlx5-2") {
+		t.Errorf("a second claim for mlx5-2 after the restart: error %q, want a refusal naming mlx5-2", e)
+	}
 	uresp, err := dra.NodeUnprepareResources(context.Background(), &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{ref}})
 	if err != nil {
 		t.Fatal(err)

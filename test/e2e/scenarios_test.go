@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
 )
@@ -371,7 +372,7 @@ func TestScenarioDriverSIGKILL(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
 	for i := range 4 {
-		w.createClaimPod(claimPod(fmt.Sprintf("k%d", i), true, "sleep 4; ls /dev/infiniband"))
+		w.createClaimPod(claimPod(fmt.Sprintf("k%d", i), true, "ls /dev/infiniband; sleep 600"))
 	}
 	w.wait("four pods running", 2*time.Minute, func() (bool, string) {
 		n := 0
@@ -384,32 +385,59 @@ func TestScenarioDriverSIGKILL(t *testing.T) {
 	})
 	w.proc.Kill()
 	w.startDriver()
+	// What the killed daemon prepared is on disk for its successor.
+	cp, err := checkpoint.NewStore(filepath.Join(w.kubeletDir, "plugins", "rdma.dra.dev", "checkpoint.json")).Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names, want []string
+	for _, c := range cp.Claims {
+		names = append(names, c.Name)
+	}
+	for i := range 4 {
+		p, err := w.cp.Client.CoreV1().Pods("default").Get(ctx, fmt.Sprintf("k%d", i), metav1.GetOptions{})
+		if err != nil || len(p.Status.ResourceClaimStatuses) != 1 {
+			t.Fatalf("pod k%d: %v %+v", i, err, p.Status.ResourceClaimStatuses)
+		}
+		want = append(want, *p.Status.ResourceClaimStatuses[0].ResourceClaimName)
+	}
+	slices.Sort(names)
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Errorf("checkpoint after SIGKILL holds claims %v, want the four running pods' %v", names, want)
+	}
 	for i := 4; i < 8; i++ {
 		w.createClaimPod(claimPod(fmt.Sprintf("k%d", i), true, "ls /dev/infiniband"))
 	}
-	w.wait("all eight pods to succeed", 2*time.Minute, func() (bool, string) {
+	w.wait("pods k4-k7 to succeed", 2*time.Minute, func() (bool, string) {
 		n := 0
-		for i := range 8 {
+		for i := 4; i < 8; i++ {
 			if p, err := w.cp.Client.CoreV1().Pods("default").Get(ctx, fmt.Sprintf("k%d", i), metav1.GetOptions{}); err == nil && p.Status.Phase == corev1.PodSucceeded {
 				n++
 			}
 		}
-		return n == 8, fmt.Sprintf("%d succeeded", n)
+		return n == 4, fmt.Sprintf("%d succeeded", n)
 	})
+	// k0-k3 still run: all eight saw distinct HCAs.
 	seen := map[string]string{}
 	for i := range 8 {
-		out := w.agent.Logs("default", fmt.Sprintf("k%d", i), "c")
-		for _, d := range infinibandListing(out) {
-			if strings.HasPrefix(d, "uverbs") && i >= 4 {
-				// pods 4-7 ran after 0-3 could have ended; only concurrent ones must differ
+		got := infinibandListing(w.agent.Logs("default", fmt.Sprintf("k%d", i), "c"))
+		if len(got) != 2 {
+			t.Errorf("k%d sees %v, want rdma_cm and one uverbs", i, got)
+		}
+		for _, d := range got {
+			if d == "rdma_cm" {
 				continue
 			}
-			if d != "rdma_cm" {
-				if other, dup := seen[d]; dup {
-					t.Errorf("%s seen by k%d and %s while both ran", d, i, other)
-				}
-				seen[d] = fmt.Sprintf("k%d", i)
+			if other, dup := seen[d]; dup {
+				t.Errorf("%s seen by k%d and %s while both ran", d, i, other)
 			}
+			seen[d] = fmt.Sprintf("k%d", i)
+		}
+	}
+	for i := range 4 {
+		if err := w.cp.Client.CoreV1().Pods("default").Delete(ctx, fmt.Sprintf("k%d", i), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
 		}
 	}
 	w.wait("every CDI spec to be cleaned up", time.Minute, func() (bool, string) {
