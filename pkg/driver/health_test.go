@@ -60,6 +60,9 @@ func TestHealthAndTaints(t *testing.T) {
 	}
 	for {
 		r := health()
+		if r["mlx5-3"] == nil || r["mlx5-2"] == nil {
+			t.Fatalf("a health report without mlx5-3 or mlx5-2: %v", r)
+		}
 		if d := r["mlx5-3"]; d.Health == healthpb.HealthStatus_UNHEALTHY {
 			if d.Message != "mlx5_3: port 1 is DOWN (Polling)" {
 				t.Errorf("message %q", d.Message)
@@ -75,7 +78,14 @@ func TestHealthAndTaints(t *testing.T) {
 	if err := e.node.SetPortState("mlx5_3", 1, "4: ACTIVE", "5: LinkUp"); err != nil {
 		t.Fatal(err)
 	}
-	for health()["mlx5-3"].Health != healthpb.HealthStatus_HEALTHY {
+	for {
+		d := health()["mlx5-3"]
+		if d == nil {
+			t.Fatal("a health report without mlx5-3")
+		}
+		if d.Health == healthpb.HealthStatus_HEALTHY {
+			break
+		}
 	}
 	e.waitSliceTaints(t, map[string]string{})
 }
