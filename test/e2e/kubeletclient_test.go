@@ -23,10 +23,10 @@ const nodeName = "dgx01"
 
 // waitRegistered waits until the driver answers on its registration
 // socket: a SIGKILLed predecessor leaves the socket file behind.
-func (w *world) waitRegistered() {
+func (w *world) waitRegistered(socket string) {
 	w.t.Helper()
 	w.wait("the driver's registration socket", 30*time.Second, func() (bool, string) {
-		conn, err := grpc.NewClient("unix://"+w.registrationSocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			return false, err.Error()
 		}
@@ -55,8 +55,14 @@ func dial(t *testing.T, path string) *grpc.ClientConn {
 // register plays the kubelet's plugin watcher: GetInfo, then a status.
 func (w *world) register() drapb.DRAPluginClient {
 	w.t.Helper()
-	w.waitRegistered()
-	reg := registerapi.NewRegistrationClient(dial(w.t, w.registrationSocket()))
+	return w.registerAt(w.registrationSocket())
+}
+
+// registerAt registers the plugin whose registration socket is socket.
+func (w *world) registerAt(socket string) drapb.DRAPluginClient {
+	w.t.Helper()
+	w.waitRegistered(socket)
+	reg := registerapi.NewRegistrationClient(dial(w.t, socket))
 	info, err := reg.GetInfo(context.Background(), &registerapi.InfoRequest{})
 	if err != nil {
 		w.t.Fatal(err)
