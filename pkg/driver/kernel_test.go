@@ -152,11 +152,10 @@ func BenchmarkKernelEventToPublish(b *testing.B) {
 		}
 	}()
 	_, pub, rename := startFollowing(b, events)
-	var total, worst time.Duration
-	n := 0
+	var lat changeLatency
 	up := false
 	for b.Loop() {
-		name := fmt.Sprintf("ens%d", n)
+		name := fmt.Sprintf("ens%d", lat.n)
 		start := time.Now()
 		if err := rename(name); err != nil {
 			b.Fatal(err)
@@ -171,13 +170,9 @@ func BenchmarkKernelEventToPublish(b *testing.B) {
 				break
 			}
 		}
-		el := time.Since(start)
-		total += el
-		worst = max(worst, el)
-		n++
+		lat.add(start)
 	}
-	b.ReportMetric(float64(total.Milliseconds())/float64(n), "ms/change")
-	b.ReportMetric(float64(worst.Milliseconds()), "worst-ms")
+	lat.report(b)
 }
 
 func setLoopback(up bool) error {

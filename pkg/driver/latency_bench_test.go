@@ -25,6 +25,27 @@ func (w taintWatcher) PublishResources(_ context.Context, res resourceslice.Driv
 	return nil
 }
 
+// changeLatency collects how long each change took to be published.
+type changeLatency struct {
+	total, worst time.Duration
+	n            int
+}
+
+func (l *changeLatency) add(since time.Time) {
+	el := time.Since(since)
+	l.total += el
+	l.worst = max(l.worst, el)
+	l.n++
+}
+
+func (l *changeLatency) report(b *testing.B) {
+	if l.n == 0 {
+		return
+	}
+	b.ReportMetric(float64(l.total.Milliseconds())/float64(l.n), "ms/change")
+	b.ReportMetric(float64(l.worst.Milliseconds()), "worst-ms")
+}
+
 // BenchmarkPortChangeToPublish measures how long a port going DOWN (and
 // back) takes to reach the published ResourceSlice with the daemon's
 // default 250 ms port watcher: the bound is 1 s.
@@ -38,9 +59,7 @@ func BenchmarkPortChangeToPublish(b *testing.B) {
 	}
 	<-w
 	go d.Run(ctx)
-	var total time.Duration
-	var worst time.Duration
-	n := 0
+	var lat changeLatency
 	for b.Loop() {
 		for _, down := range []bool{true, false} {
 			state, phys := "4: ACTIVE", "5: LinkUp"
@@ -56,12 +75,8 @@ func BenchmarkPortChangeToPublish(b *testing.B) {
 					break
 				}
 			}
-			el := time.Since(start)
-			total += el
-			worst = max(worst, el)
-			n++
+			lat.add(start)
 		}
 	}
-	b.ReportMetric(float64(total.Milliseconds())/float64(n), "ms/change")
-	b.ReportMetric(float64(worst.Milliseconds()), "worst-ms")
+	lat.report(b)
 }
