@@ -65,6 +65,12 @@ type NodeAgentConfig struct {
 	// Allocatable is the Node's cpu, memory and pods (capacity as well);
 	// extended resources served by device plugins are added to it.
 	Allocatable corev1.ResourceList
+	// NoRuntime builds each container's OCI spec exactly as for runc (CDI
+	// devices injected by the CDI library, env, capabilities, mounts) but
+	// runs nothing: the spec's RDMA-relevant parts (DescribeSpec) become
+	// the container's output, and it exits 0. For machines without root
+	// or runc; Rootfs and RuncRoot may then be empty.
+	NoRuntime bool
 }
 
 // NodeAgent is a kubelet stand-in for one node, built from the kubelet's
@@ -122,6 +128,9 @@ func StartNodeAgent(ctx context.Context, cp *ControlPlane, cfg NodeAgentConfig) 
 		filepath.Join(cfg.KubeletDir, "device-plugins"),
 		cfg.CDIDir, cfg.RuncRoot, cfg.BundleDir,
 	} {
+		if dir == "" { // RuncRoot with NoRuntime
+			continue
+		}
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("node agent %s: %w", cfg.NodeName, err)
 		}
@@ -218,6 +227,9 @@ func (c *NodeAgentConfig) validate() error {
 		return errors.New("node agent: NodeName is empty")
 	}
 	for name, dir := range map[string]string{"KubeletDir": c.KubeletDir, "CDIDir": c.CDIDir, "RuncRoot": c.RuncRoot, "BundleDir": c.BundleDir, "Rootfs": c.Rootfs} {
+		if c.NoRuntime && (name == "RuncRoot" || name == "Rootfs") && dir == "" {
+			continue
+		}
 		if dir == "" || !filepath.IsAbs(dir) {
 			return fmt.Errorf("node agent %s: %s %q is not an absolute path", c.NodeName, name, dir)
 		}
@@ -744,6 +756,12 @@ func (w *podWorker) runContainer(c *corev1.Container, st *corev1.ContainerStatus
 		w.event(corev1.EventTypeWarning, kubeletevents.FailedToCreateContainer, "Error: %v", err)
 		return terminate(128, "StartError", err.Error(), metav1.Time{})
 	}
+	if w.a.cfg.NoRuntime {
+		startedAt := metav1.Now()
+		w.a.keepLogs(w.pod, c.Name, []byte(DescribeSpec(spec)))
+		w.event(corev1.EventTypeNormal, kubeletevents.StartedContainer, "Built the OCI spec of container %s (no runtime: not run)", c.Name)
+		return terminate(0, "Completed", "", startedAt)
+	}
 	bundle := filepath.Join(w.a.cfg.BundleDir, id)
 	if err := os.MkdirAll(bundle, 0o700); err != nil {
 		w.event(corev1.EventTypeWarning, kubeletevents.FailedToCreateContainer, "Error: %v", err)
@@ -806,7 +824,7 @@ func (w *podWorker) containerSpec(c *corev1.Container) (*specs.Spec, error) {
 	// A capability this host cannot grant (this sandbox's bounding set
 	// lacks CAP_SYS_RESOURCE, which the seed's Job adds) would make runc
 	// fail; a real node grants it, so the stand-in drops it and says so.
-	if missing := UnavailableCaps(addCaps...); len(missing) > 0 {
+	if missing := UnavailableCaps(addCaps...); len(missing) > 0 && !w.a.cfg.NoRuntime {
 		w.event(corev1.EventTypeWarning, "CapabilityUnavailable", "container %s: %s not in this host's capability bounding set; running without", c.Name, strings.Join(missing, ", "))
 		addCaps = removeAll(addCaps, missing)
 	}
@@ -1330,4 +1348,40 @@ func addDeviceNode(spec *specs.Spec, dev *dpapi.DeviceSpec) error {
 	}
 	spec.Linux.Resources.Devices = append(spec.Linux.Resources.Devices, specs.LinuxDeviceCgroup{Allow: true, Type: typ, Major: &major, Minor: &minor, Access: access})
 	return nil
+}
+
+// DescribeSpec is what a container's OCI spec gives it for RDMA, one line
+// each, sorted: device nodes, the RDMA_/NCCL_/UCX_ environment, effective
+// capabilities, tmpfs mounts.
+func DescribeSpec(spec *specs.Spec) string {
+	var devices, env, caps, mounts []string
+	if spec.Linux != nil {
+		for _, d := range spec.Linux.Devices {
+			devices = append(devices, d.Path)
+		}
+	}
+	if spec.Process != nil {
+		for _, kv := range spec.Process.Env {
+			if strings.HasPrefix(kv, "RDMA_") || strings.HasPrefix(kv, "NCCL_") || strings.HasPrefix(kv, "UCX_") {
+				env = append(env, kv)
+			}
+		}
+		if spec.Process.Capabilities != nil {
+			caps = append(caps, spec.Process.Capabilities.Effective...)
+		}
+	}
+	for _, m := range spec.Mounts {
+		if m.Type == "tmpfs" && m.Destination != "/dev" {
+			mounts = append(mounts, m.Destination+" tmpfs")
+		}
+	}
+	var b strings.Builder
+	for _, l := range []struct {
+		name string
+		vals []string
+	}{{"devices", devices}, {"env", env}, {"capabilities", caps}, {"mounts", mounts}} {
+		slices.Sort(l.vals)
+		fmt.Fprintf(&b, "%s: %s\n", l.name, strings.Join(l.vals, " "))
+	}
+	return b.String()
 }

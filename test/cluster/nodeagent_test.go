@@ -44,6 +44,13 @@ func naStart(t *testing.T, driverArgs ...string) *naEnv {
 	if bad := UnavailableCaps("IPC_LOCK"); len(bad) > 0 {
 		t.Skipf("this host's bounding set lacks %v, which the pods ask for (run as real root, not in a restricted sandbox)", bad)
 	}
+	return naStartAgent(t, false, driverArgs...)
+}
+
+// naStartAgent is naStart with the agent's runtime chosen: noRuntime needs
+// neither root nor runc.
+func naStartAgent(t *testing.T, noRuntime bool, driverArgs ...string) *naEnv {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	dir := t.TempDir()
@@ -64,11 +71,13 @@ func naStart(t *testing.T, driverArgs ...string) *naEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rootfs, err := Rootfs(dir)
-	if err != nil {
+	e := &naEnv{t: t, ctx: ctx, cp: cp, cdiDir: filepath.Join(dir, "cdi"), runc: filepath.Join(dir, "runc")}
+	rootfs := ""
+	if noRuntime {
+		e.runc = ""
+	} else if rootfs, err = Rootfs(dir); err != nil {
 		t.Fatal(err)
 	}
-	e := &naEnv{t: t, ctx: ctx, cp: cp, cdiDir: filepath.Join(dir, "cdi"), runc: filepath.Join(dir, "runc")}
 	kubeletDir := filepath.Join(dir, "kubelet")
 	args := append([]string{
 		"--node-name=" + naNode, "--kubeconfig=" + cp.Kubeconfig,
@@ -91,6 +100,7 @@ func naStart(t *testing.T, driverArgs ...string) *naEnv {
 		RuncRoot:   e.runc,
 		BundleDir:  filepath.Join(dir, "bundles"),
 		Rootfs:     rootfs,
+		NoRuntime:  noRuntime,
 		Allocatable: corev1.ResourceList{
 			corev1.ResourceCPU:    resource.MustParse("8"),
 			corev1.ResourceMemory: resource.MustParse("32Gi"),
