@@ -18,7 +18,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -28,6 +30,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
@@ -134,6 +137,10 @@ func run(preset string, keep, noRuntime bool) error {
 	}
 	printSlices(ctx, cp)
 
+	allocs, err := watchAllocations(ctx, cp)
+	if err != nil {
+		return err
+	}
 	root := cluster.RepoRoot()
 	step("applying deployments/deviceclass*.yaml and demo/specs/{10-job-dra,20-job-legacy}.yaml")
 	if _, err := cluster.ApplyFiles(ctx, cp.Config, false,
@@ -142,7 +149,7 @@ func run(preset string, keep, noRuntime bool) error {
 		return err
 	}
 	for _, job := range []string{"hps-benchmark", "hps-benchmark-legacy"} {
-		if err := showJob(ctx, cp, agent, job, runnable); err != nil {
+		if err := showJob(ctx, cp, agent, allocs, job, runnable); err != nil {
 			return err
 		}
 	}
@@ -207,7 +214,7 @@ func printSlices(ctx context.Context, cp *cluster.ControlPlane) {
 	tw.Flush()
 }
 
-func showJob(ctx context.Context, cp *cluster.ControlPlane, agent *cluster.NodeAgent, name string, runnable bool) error {
+func showJob(ctx context.Context, cp *cluster.ControlPlane, agent *cluster.NodeAgent, allocs *allocations, name string, runnable bool) error {
 	step("Job %s", name)
 	var pod corev1.Pod
 	if err := waitFor(ctx, "job "+name+" to finish", func() (bool, error) {
@@ -230,22 +237,8 @@ func showJob(ctx context.Context, cp *cluster.ControlPlane, agent *cluster.NodeA
 		return err
 	}
 	fmt.Printf("pod %s: %s\n", pod.Name, pod.Status.Phase)
-	claims, _ := cp.Client.ResourceV1().ResourceClaims("default").List(ctx, metav1.ListOptions{})
-	for _, c := range claims.Items {
-		owned := false
-		for _, o := range c.OwnerReferences {
-			owned = owned || o.UID == pod.UID
-		}
-		if !owned || c.Status.Allocation == nil {
-			continue
-		}
-		for _, r := range c.Status.Allocation.Devices.Results {
-			share := ""
-			if r.ShareID != nil {
-				share = " share " + string(*r.ShareID)
-			}
-			fmt.Printf("claim %s: request %q got %s/%s/%s%s\n", c.Name, r.Request, r.Driver, r.Pool, r.Device, share)
-		}
+	for _, line := range allocs.of(pod.UID) {
+		fmt.Println(line)
 	}
 	out := strings.TrimSpace(agent.Logs("default", pod.Name, "hps-benchmark"))
 	if runnable {
@@ -257,4 +250,50 @@ func showJob(ctx context.Context, cp *cluster.ControlPlane, agent *cluster.NodeA
 		fmt.Println("  " + l)
 	}
 	return nil
+}
+
+// allocations remembers what the claims reserved for each pod were given:
+// the claims of a template are deleted as soon as the pod ends, before the
+// demo prints.
+type allocations struct {
+	mu    sync.Mutex
+	byPod map[types.UID][]string
+}
+
+func watchAllocations(ctx context.Context, cp *cluster.ControlPlane) (*allocations, error) {
+	w, err := cp.Client.ResourceV1().ResourceClaims("").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	a := &allocations{byPod: map[types.UID][]string{}}
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			c, ok := ev.Object.(*resourceapi.ResourceClaim)
+			if !ok || c.Status.Allocation == nil {
+				continue
+			}
+			for _, r := range c.Status.Allocation.Devices.Results {
+				share := ""
+				if r.ShareID != nil {
+					share = " share " + string(*r.ShareID)
+				}
+				line := fmt.Sprintf("claim %s: request %q got %s/%s/%s%s", c.Name, r.Request, r.Driver, r.Pool, r.Device, share)
+				a.mu.Lock()
+				for _, ref := range c.Status.ReservedFor {
+					if !slices.Contains(a.byPod[ref.UID], line) {
+						a.byPod[ref.UID] = append(a.byPod[ref.UID], line)
+					}
+				}
+				a.mu.Unlock()
+			}
+		}
+	}()
+	return a, nil
+}
+
+func (a *allocations) of(pod types.UID) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.byPod[pod])
 }
