@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"sort"
@@ -65,11 +66,15 @@ type NodeAgentConfig struct {
 	// Allocatable is the Node's cpu, memory and pods (capacity as well);
 	// extended resources served by device plugins are added to it.
 	Allocatable corev1.ResourceList
-	// NoRuntime builds each container's OCI spec exactly as for runc (CDI
-	// devices injected by the CDI library, env, capabilities, mounts) but
-	// runs nothing: the spec's RDMA-relevant parts (DescribeSpec) become
-	// the container's output, and it exits 0. For machines without root
-	// or runc; Rootfs and RuncRoot may then be empty.
+	// NoRuntime: containers are not run. Each container's OCI spec is
+	// built exactly as for runc (CDI devices injected by the CDI library's
+	// cache, env, capabilities, mounts), a short description of its
+	// RDMA-relevant parts (see describeSpec) becomes the container's
+	// output, and it exits 0. For machines without root or runc: Rootfs,
+	// RuncRoot and BundleDir need not be set (emptyDirs are then placed
+	// under KubeletDir/pods, but nothing is mounted), and no runc is
+	// called. Capabilities this host lacks are kept: the spec is what a
+	// real node would give.
 	NoRuntime bool
 }
 
@@ -81,7 +86,7 @@ type NodeAgentConfig struct {
 // (pkg/kubelet/cm/devicemanager/plugin/v1beta1) takes device plugins at
 // <KubeletDir>/device-plugins/kubelet.sock. Containers get their CDI
 // devices injected by the CDI library's cache, as containerd does, and run
-// with runc.
+// with runc (with NoRuntime: are only described, see NoRuntime).
 //
 // What it is not: only restartPolicy Never is honoured (a container runs
 // once; the pod ends Succeeded when all containers exit 0, else Failed);
@@ -121,6 +126,9 @@ type NodeAgent struct {
 func StartNodeAgent(ctx context.Context, cp *ControlPlane, cfg NodeAgentConfig) (*NodeAgent, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.NoRuntime && cfg.BundleDir == "" {
+		cfg.BundleDir = cfg.KubeletDir // emptyDirs in <KubeletDir>/pods/<uid>/volumes, as a kubelet's
 	}
 	for _, dir := range []string{
 		filepath.Join(cfg.KubeletDir, "plugins_registry"),
@@ -227,8 +235,8 @@ func (c *NodeAgentConfig) validate() error {
 		return errors.New("node agent: NodeName is empty")
 	}
 	for name, dir := range map[string]string{"KubeletDir": c.KubeletDir, "CDIDir": c.CDIDir, "RuncRoot": c.RuncRoot, "BundleDir": c.BundleDir, "Rootfs": c.Rootfs} {
-		if c.NoRuntime && (name == "RuncRoot" || name == "Rootfs") && dir == "" {
-			continue
+		if c.NoRuntime && dir == "" && (name == "RuncRoot" || name == "Rootfs" || name == "BundleDir") {
+			continue // not used without a runtime
 		}
 		if dir == "" || !filepath.IsAbs(dir) {
 			return fmt.Errorf("node agent %s: %s %q is not an absolute path", c.NodeName, name, dir)
@@ -750,16 +758,17 @@ func (w *podWorker) runContainer(c *corev1.Container, st *corev1.ContainerStatus
 	if err := w.ctx.Err(); err != nil {
 		return terminate(137, "Error", "not started: "+context.Cause(w.ctx).Error(), metav1.Time{})
 	}
-	spec, err := w.containerSpec(c)
+	spec, origin, err := w.containerSpec(c)
 	if err != nil {
 		logger.Error(err, "Creating the container")
 		w.event(corev1.EventTypeWarning, kubeletevents.FailedToCreateContainer, "Error: %v", err)
 		return terminate(128, "StartError", err.Error(), metav1.Time{})
 	}
 	if w.a.cfg.NoRuntime {
+		// The spec is complete here: runc would be handed it next.
 		startedAt := metav1.Now()
-		w.a.keepLogs(w.pod, c.Name, []byte(DescribeSpec(spec)))
-		w.event(corev1.EventTypeNormal, kubeletevents.StartedContainer, "Built the OCI spec of container %s (no runtime: not run)", c.Name)
+		w.a.keepLogs(w.pod, c.Name, []byte(describeSpec(spec, origin)))
+		w.event(corev1.EventTypeNormal, kubeletevents.StartedContainer, "Built the OCI spec of container %s (NoRuntime: not run)", c.Name)
 		return terminate(0, "Completed", "", startedAt)
 	}
 	bundle := filepath.Join(w.a.cfg.BundleDir, id)
@@ -801,16 +810,25 @@ func (w *podWorker) runContainer(c *corev1.Container, st *corev1.ContainerStatus
 	}
 }
 
+// specOrigin is what describeSpec needs to tell the pod's and the
+// devices' parts of a spec from the defaults.
+type specOrigin struct {
+	defaultMounts []specs.Mount // ContainerSpec's own
+	podEnv        []string      // the env before device plugins and CDI
+	cdiDevices    []string      // injected, as named
+}
+
 // containerSpec is c's OCI spec with its CDI devices injected by the CDI
 // library's cache, refreshed first (as containerd does per container).
-func (w *podWorker) containerSpec(c *corev1.Container) (*specs.Spec, error) {
+func (w *podWorker) containerSpec(c *corev1.Container) (*specs.Spec, specOrigin, error) {
+	var origin specOrigin
 	args := append(append([]string{}, c.Command...), c.Args...)
 	if len(args) == 0 {
-		return nil, fmt.Errorf("container %s has no command: the node agent has no images, set command", c.Name)
+		return nil, origin, fmt.Errorf("container %s has no command: the node agent has no images, set command", c.Name)
 	}
 	env, err := w.env(c)
 	if err != nil {
-		return nil, err
+		return nil, origin, err
 	}
 	var addCaps, dropCaps []string
 	if sc := c.SecurityContext; sc != nil && sc.Capabilities != nil {
@@ -830,8 +848,9 @@ func (w *podWorker) containerSpec(c *corev1.Container) (*specs.Spec, error) {
 	}
 	spec := ContainerSpec(w.a.cfg.Rootfs, args, env, addCaps, w.pod.Spec.HostNetwork)
 	if spec == nil || spec.Process == nil {
-		return nil, fmt.Errorf("container %s: no OCI spec", c.Name)
+		return nil, origin, fmt.Errorf("container %s: no OCI spec", c.Name)
 	}
+	origin.defaultMounts = slices.Clone(spec.Mounts)
 	if len(dropCaps) > 0 && spec.Process.Capabilities != nil {
 		caps := spec.Process.Capabilities
 		for _, set := range []*[]string{&caps.Bounding, &caps.Effective, &caps.Permitted, &caps.Inheritable, &caps.Ambient} {
@@ -843,7 +862,7 @@ func (w *podWorker) containerSpec(c *corev1.Container) (*specs.Spec, error) {
 	}
 	mounts, err := w.mounts(c)
 	if err != nil {
-		return nil, err
+		return nil, origin, err
 	}
 	// A pod's mount replaces the default one at the same place (/dev/shm
 	// by a memory emptyDir), as containerd does.
@@ -854,9 +873,10 @@ func (w *podWorker) containerSpec(c *corev1.Container) (*specs.Spec, error) {
 	}
 	spec.Mounts = append(spec.Mounts, mounts...)
 
+	origin.podEnv = slices.Clone(spec.Process.Env)
 	info, err := w.a.dra.GetResources(w.pod, c)
 	if err != nil {
-		return nil, fmt.Errorf("container %s: CDI devices of its claims: %w", c.Name, err)
+		return nil, origin, fmt.Errorf("container %s: CDI devices of its claims: %w", c.Name, err)
 	}
 	var ids []string
 	for _, d := range info.CDIDevices {
@@ -864,9 +884,10 @@ func (w *podWorker) containerSpec(c *corev1.Container) (*specs.Spec, error) {
 	}
 	devIDs, err := w.a.devices.allocate(w.ctx, w.pod, c, spec)
 	if err != nil {
-		return nil, fmt.Errorf("container %s: %w", c.Name, err)
+		return nil, origin, fmt.Errorf("container %s: %w", c.Name, err)
 	}
 	ids = append(ids, devIDs...)
+	origin.cdiDevices = ids
 	if len(ids) > 0 {
 		if err := w.a.cdi.Refresh(); err != nil {
 			// A broken spec of another claim must not stop this container;
@@ -874,10 +895,10 @@ func (w *podWorker) containerSpec(c *corev1.Container) (*specs.Spec, error) {
 			w.logger().Info("Some CDI specs did not load", "dir", w.a.cfg.CDIDir, "err", err)
 		}
 		if unresolved, err := w.a.cdi.InjectDevices(spec, ids...); err != nil {
-			return nil, fmt.Errorf("container %s: injecting CDI devices %v from %s (unresolved: %v): %w", c.Name, ids, w.a.cfg.CDIDir, unresolved, err)
+			return nil, origin, fmt.Errorf("container %s: injecting CDI devices %v from %s (unresolved: %v): %w", c.Name, ids, w.a.cfg.CDIDir, unresolved, err)
 		}
 	}
-	return spec, nil
+	return spec, origin, nil
 }
 
 func capName(c corev1.Capability) string {
@@ -1350,10 +1371,17 @@ func addDeviceNode(spec *specs.Spec, dev *dpapi.DeviceSpec) error {
 	return nil
 }
 
-// DescribeSpec is what a container's OCI spec gives it for RDMA, one line
-// each, sorted: device nodes, the RDMA_/NCCL_/UCX_ environment, effective
-// capabilities, tmpfs mounts.
-func DescribeSpec(spec *specs.Spec) string {
+// describeSpec is NoRuntime's container output: the RDMA-relevant parts
+// of spec, one line each, every list sorted:
+//
+//	cdi: the CDI devices injected (claims' and device plugins')
+//	devices: the device nodes the container gets
+//	env: the variables device plugins or CDI added or changed, and every
+//	     RDMA_, NCCL_ and UCX_ one
+//	capabilities: the effective set
+//	mounts: the pod's and the devices' mounts ("/dev/shm tmpfs" for a
+//	        memory emptyDir, "DEST bind SOURCE" otherwise), not the defaults
+func describeSpec(spec *specs.Spec, origin specOrigin) string {
 	var devices, env, caps, mounts []string
 	if spec.Linux != nil {
 		for _, d := range spec.Linux.Devices {
@@ -1362,7 +1390,7 @@ func DescribeSpec(spec *specs.Spec) string {
 	}
 	if spec.Process != nil {
 		for _, kv := range spec.Process.Env {
-			if strings.HasPrefix(kv, "RDMA_") || strings.HasPrefix(kv, "NCCL_") || strings.HasPrefix(kv, "UCX_") {
+			if !slices.Contains(origin.podEnv, kv) || strings.HasPrefix(kv, "RDMA_") || strings.HasPrefix(kv, "NCCL_") || strings.HasPrefix(kv, "UCX_") {
 				env = append(env, kv)
 			}
 		}
@@ -1371,17 +1399,30 @@ func DescribeSpec(spec *specs.Spec) string {
 		}
 	}
 	for _, m := range spec.Mounts {
-		if m.Type == "tmpfs" && m.Destination != "/dev" {
-			mounts = append(mounts, m.Destination+" tmpfs")
+		if slices.ContainsFunc(origin.defaultMounts, func(d specs.Mount) bool { return reflect.DeepEqual(d, m) }) {
+			continue
+		}
+		switch m.Type {
+		case "bind":
+			mounts = append(mounts, m.Destination+" bind "+m.Source)
+		default:
+			mounts = append(mounts, m.Destination+" "+m.Type)
 		}
 	}
 	var b strings.Builder
 	for _, l := range []struct {
-		name string
-		vals []string
-	}{{"devices", devices}, {"env", env}, {"capabilities", caps}, {"mounts", mounts}} {
+		name, sep string
+		vals      []string
+	}{
+		{"cdi", " ", slices.Clone(origin.cdiDevices)}, {"devices", " ", devices}, {"env", " ", env},
+		{"capabilities", " ", caps}, {"mounts", ", ", mounts},
+	} {
 		slices.Sort(l.vals)
-		fmt.Fprintf(&b, "%s: %s\n", l.name, strings.Join(l.vals, " "))
+		l.vals = slices.Compact(l.vals)
+		if len(l.vals) == 0 {
+			l.vals = []string{"(none)"}
+		}
+		fmt.Fprintf(&b, "%s: %s\n", l.name, strings.Join(l.vals, l.sep))
 	}
 	return b.String()
 }

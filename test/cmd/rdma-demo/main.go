@@ -149,7 +149,7 @@ func run(preset string, keep, noRuntime bool) error {
 		return err
 	}
 	for _, job := range []string{"hps-benchmark", "hps-benchmark-legacy"} {
-		if err := showJob(ctx, cp, agent, allocs, job, runnable); err != nil {
+		if err := showJob(ctx, cp, agent, allocs, job, runnable, why); err != nil {
 			return err
 		}
 	}
@@ -214,7 +214,10 @@ func printSlices(ctx context.Context, cp *cluster.ControlPlane) {
 	tw.Flush()
 }
 
-func showJob(ctx context.Context, cp *cluster.ControlPlane, agent *cluster.NodeAgent, allocs *allocations, name string, runnable bool) error {
+// showJob prints how job name ended, what its claims got and its
+// container's output: with no runtime, the description of the OCI spec
+// the container would have run with (why says why it did not run).
+func showJob(ctx context.Context, cp *cluster.ControlPlane, agent *cluster.NodeAgent, allocs *allocations, name string, runnable bool, why string) error {
 	step("Job %s", name)
 	var pod corev1.Pod
 	if err := waitFor(ctx, "job "+name+" to finish", func() (bool, error) {
@@ -244,7 +247,7 @@ func showJob(ctx context.Context, cp *cluster.ControlPlane, agent *cluster.NodeA
 	if runnable {
 		fmt.Println("container output (ls /dev/infiniband; RDMA/NCCL/UCX env; CapEff):")
 	} else {
-		fmt.Println("container's OCI spec (not run):")
+		fmt.Printf("container's OCI spec (not run: %s):\n", why)
 	}
 	for _, l := range strings.Split(out, "\n") {
 		fmt.Println("  " + l)
