@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/rdma-dra/rdma-dra-driver/internal/dirtest"
 )
 
 func TestWrite(t *testing.T) {
@@ -61,7 +63,7 @@ func TestWrite(t *testing.T) {
 			if fi.Mode() != tt.wantMode {
 				t.Errorf("mode %v, want %v", fi.Mode(), tt.wantMode)
 			}
-			if names := dirNames(t, dir); !reflect.DeepEqual(names, []string{"f"}) {
+			if names := dirtest.Names(t, dir); !reflect.DeepEqual(names, []string{"f"}) {
 				t.Errorf("left in the directory: %q, want only the file", names)
 			}
 		})
@@ -78,7 +80,7 @@ func TestWriteRelativePath(t *testing.T) {
 	if b, err := os.ReadFile("f"); err != nil || string(b) != "x" {
 		t.Errorf("f = %q, %v", b, err)
 	}
-	if names := dirNames(t, "."); !reflect.DeepEqual(names, []string{"f"}) {
+	if names := dirtest.Names(t, "."); !reflect.DeepEqual(names, []string{"f"}) {
 		t.Errorf("left in the directory: %q", names)
 	}
 }
@@ -301,7 +303,7 @@ func TestWriteConcurrent(t *testing.T) {
 			if !whole(b, contents) {
 				t.Errorf("the file ended torn: %d bytes, starting %q", len(b), shorten(b))
 			}
-			if names := dirNames(t, dir); !reflect.DeepEqual(names, []string{"f"}) {
+			if names := dirtest.Names(t, dir); !reflect.DeepEqual(names, []string{"f"}) {
 				t.Errorf("left in the directory: %q, want only the file", names)
 			}
 		})
@@ -403,19 +405,6 @@ func snapshot(t *testing.T, dir string) map[string]string {
 		t.Fatal(err)
 	}
 	return files
-}
-
-func dirNames(t *testing.T, dir string) []string {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	return names
 }
 
 func shorten(b []byte) []byte {

@@ -15,6 +15,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/rdma-dra/rdma-dra-driver/internal/dirtest"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi/cditest"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 )
@@ -371,7 +372,7 @@ func TestRemoveClaim(t *testing.T) {
 	if err := d.RemoveClaim(uidA); err != nil {
 		t.Fatal(err)
 	}
-	if names := dirNames(t, dir); !slices.Equal(names, []string{filepath.Base(d.Path(uidB))}) {
+	if names := dirtest.Names(t, dir); !slices.Equal(names, []string{filepath.Base(d.Path(uidB))}) {
 		t.Errorf("left in dir: %v, want only claim B's spec", names)
 	}
 	if err := d.RemoveClaim(uidA); err != nil {
@@ -473,22 +474,9 @@ func BenchmarkWriteClaim(b *testing.B) {
 	}
 }
 
-func dirNames(t *testing.T, dir string) []string {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	return names
-}
-
 func noTemp(t *testing.T, dir string) {
 	t.Helper()
-	for _, n := range dirNames(t, dir) {
+	for _, n := range dirtest.Names(t, dir) {
 		if strings.HasSuffix(n, ".tmp") || strings.HasPrefix(n, ".") {
 			t.Errorf("temporary file left: %s", n)
 		}

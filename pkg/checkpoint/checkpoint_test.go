@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rdma-dra/rdma-dra-driver/internal/dirtest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/checkpoint-v1.golden.json")
@@ -71,20 +73,6 @@ func assertEqual(t testing.TB, got, want Checkpoint) {
 	}
 }
 
-// dirEntries lists the names in dir, to catch leftover temp files.
-func dirEntries(t testing.TB, dir string) []string {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	return names
-}
-
 func TestRoundTrip(t *testing.T) {
 	local := time.FixedZone("CET", 3600)
 	tests := []struct {
@@ -118,7 +106,7 @@ func TestRoundTrip(t *testing.T) {
 			}
 			assertEqual(t, fromDisk, tt.want)
 			assertEqual(t, fromMemory, tt.want)
-			if names := dirEntries(t, filepath.Dir(s.Path())); !reflect.DeepEqual(names, []string{"checkpoint.json"}) {
+			if names := dirtest.Names(t, filepath.Dir(s.Path())); !reflect.DeepEqual(names, []string{"checkpoint.json"}) {
 				t.Errorf("directory after Save holds %q, want only checkpoint.json", names)
 			}
 		})
@@ -755,7 +743,7 @@ func TestUpdateConcurrent(t *testing.T) {
 			}
 		}
 	}
-	if names := dirEntries(t, filepath.Dir(s.Path())); len(names) != 1 {
+	if names := dirtest.Names(t, filepath.Dir(s.Path())); len(names) != 1 {
 		t.Errorf("directory holds %q, want only the checkpoint", names)
 	}
 }
