@@ -88,7 +88,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.legacyShares, "legacy-shares", legacy.DefaultShares, "how many rdma/hca pods a node takes")
 	fs.BoolVar(&o.taintUnhealthy, "taint-unhealthy", true, "taint HCAs whose port is not ACTIVE with rdma.dra.dev/port-down:NoSchedule")
 	fs.DurationVar(&o.portPollInterval, "port-poll-interval", 250*time.Millisecond, "how often port state files are checked between rescans; 0 disables")
-	fs.BoolVar(&o.kernelEvents, "kernel-events", true, "rescan on netlink link messages and uevents (netdev renames, HCAs added or removed); needs the host network namespace")
+	fs.BoolVar(&o.kernelEvents, "kernel-events", true, "rescan on netlink link messages and uevents (HCAs added or removed; netdev renames when on the host network)")
 }
 
 // validateModes refuses combinations that would break the sharing

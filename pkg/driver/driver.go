@@ -261,16 +261,25 @@ func (d *Driver) recoverSpecs(ctx context.Context) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.rewriteSpecsLocked(logger, cp, func(checkpoint.Claim) bool { return true })
+	return nil
+}
+
+// rewriteSpecsLocked rewrites the CDI specs of the prepared claims that
+// match. A failure is logged and counted, and the checkpoint entry stays:
+// unprepare must still work.
+func (d *Driver) rewriteSpecsLocked(logger klog.Logger, cp checkpoint.Checkpoint, match func(checkpoint.Claim) bool) {
 	all := gosort.Collect(maps.Values(cp.Claims))
 	for _, uid := range sortedKeys(cp.Claims) {
 		claim := cp.Claims[uid]
+		if !match(claim) {
+			continue
+		}
 		if err := d.writeSpecLocked(claim, d.groupLocked(claim, all)); err != nil {
-			// Keep the checkpoint entry: unprepare must still work.
 			logger.Error(err, "Cannot rewrite the CDI spec of a prepared claim", "claim", claim.Namespace+"/"+claim.Name, "claimUID", uid)
 			d.metrics.backgroundErrors.WithLabelValues("cdi").Inc()
 		}
 	}
-	return nil
 }
 
 // SetPublisher hands the driver the helper once it is started, and

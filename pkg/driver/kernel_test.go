@@ -14,6 +14,7 @@ import (
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/kevents"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/kevents/keventstest"
 )
 
 // netdevPublisher reports the netdev attribute of each publish's devices.
@@ -136,7 +137,7 @@ func BenchmarkKernelEventToPublish(b *testing.B) {
 		setup <- nil
 		watcher <- w
 		for up := range flip {
-			flipped <- setLoopback(up)
+			flipped <- keventstest.SetLinkUp("lo", up)
 		}
 		w.Close()
 	}()
@@ -173,25 +174,4 @@ func BenchmarkKernelEventToPublish(b *testing.B) {
 		lat.add(start)
 	}
 	lat.report(b)
-}
-
-func setLoopback(up bool) error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return err
-	}
-	flags := ifr.Uint16() &^ unix.IFF_UP
-	if up {
-		flags |= unix.IFF_UP
-	}
-	ifr.SetUint16(flags)
-	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }

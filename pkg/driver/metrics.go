@@ -51,7 +51,7 @@ func NewMetrics() *Metrics {
 		lastPublish: metrics.NewGauge(&metrics.GaugeOpts{Namespace: namespace, Name: "last_publish_timestamp_seconds",
 			Help: "When ResourceSlices were last handed to the publisher (time since = now - this).", StabilityLevel: metrics.ALPHA}),
 		kernelEvents: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: namespace, Name: "kernel_events_total",
-			Help: "Kernel notifications that triggered a rescan, by source (link, uevent, overflow).", StabilityLevel: metrics.ALPHA}, []string{"source"}),
+			Help: "Kernel notifications that triggered a rescan, by source (link, uevent, overflow, failed).", StabilityLevel: metrics.ALPHA}, []string{"source"}),
 	}
 	m.Registry.MustRegister(m.prepareTotal, m.prepareDuration, m.unprepareTotal, m.unprepareDuration,
 		m.publishedDevices, m.publishes, m.backgroundErrors, m.deviceHealthy, m.lastPublish, m.kernelEvents)

@@ -6,7 +6,6 @@ package driver
 import (
 	"context"
 	"errors"
-	"maps"
 	gosort "slices"
 	"time"
 
@@ -68,23 +67,15 @@ func (d *Driver) refreshNodeWideSpecsLocked(ctx context.Context) {
 	if err != nil {
 		return // New reported it; the next successful load retries
 	}
-	all := gosort.Collect(maps.Values(cp.Claims))
 	var nodeWide []checkpoint.Claim
-	for _, c := range all {
+	for _, c := range cp.Claims {
 		if gosort.ContainsFunc(c.Devices, func(dev checkpoint.Device) bool { return d.isLegacy(dev.Device) }) {
 			nodeWide = append(nodeWide, c)
 		}
 	}
-	for _, uid := range sortedKeys(cp.Claims) {
-		c := cp.Claims[uid]
-		if !gosort.ContainsFunc(nodeWide, func(n checkpoint.Claim) bool { return n.UID == c.UID || sharesPod(c, n) }) {
-			continue
-		}
-		if err := d.writeSpecLocked(c, d.groupLocked(c, all)); err != nil {
-			klog.FromContext(ctx).Error(err, "Cannot follow the inventory in the CDI spec of a prepared claim", "claim", c.Namespace+"/"+c.Name, "claimUID", uid)
-			d.metrics.backgroundErrors.WithLabelValues("cdi").Inc()
-		}
-	}
+	d.rewriteSpecsLocked(klog.FromContext(ctx), cp, func(c checkpoint.Claim) bool {
+		return gosort.ContainsFunc(nodeWide, func(n checkpoint.Claim) bool { return n.UID == c.UID || sharesPod(c, n) })
+	})
 }
 
 // logInventory logs the HCAs and the warnings that are new since the last

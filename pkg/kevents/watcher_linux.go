@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -15,7 +14,6 @@ type Watcher struct {
 	files  []*os.File
 	wg     sync.WaitGroup
 	once   sync.Once
-	closed atomic.Bool
 	done   chan struct{} // closed by Close
 
 	mu  sync.Mutex
@@ -41,8 +39,9 @@ func WithoutLink() Option    { return func(o *options) { o.link = false } }
 func WithoutUevents() Option { return func(o *options) { o.uevents = false } }
 
 // Open subscribes to link messages and kernel uevents. Sockets belong to the
-// network namespace of the calling thread: the daemon runs in the host's
-// (hostNetwork), where the HCAs' netdevs are. Needs no privilege.
+// network namespace of the calling thread: link messages and net uevents
+// come only for that namespace's netdevs (the host's with hostNetwork);
+// uevents of other subsystems come in every namespace. Needs no privilege.
 func Open(opts ...Option) (*Watcher, error) {
 	o := options{buffer: 64, link: true, uevents: true}
 	for _, opt := range opts {
@@ -120,7 +119,6 @@ func (w *Watcher) Err() error {
 // Close stops both sockets and closes Events. Safe to call twice.
 func (w *Watcher) Close() error {
 	w.once.Do(func() {
-		w.closed.Store(true)
 		close(w.done)
 		for _, f := range w.files {
 			f.Close()
@@ -180,8 +178,10 @@ func (w *Watcher) send(ev Event) {
 }
 
 func (w *Watcher) fail(name string, err error) {
-	if w.closed.Load() {
+	select {
+	case <-w.done:
 		return // the end Close asked for
+	default:
 	}
 	err = fmt.Errorf("reading the %s socket: %w", name, err)
 	w.mu.Lock()

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/kevents/keventstest"
 )
 
 // inPrivateNetns runs f on a thread of its own in a new network namespace,
@@ -31,30 +33,6 @@ func inPrivateNetns(t *testing.T, f func()) {
 	if setupErr != nil {
 		t.Skipf("cannot create a network namespace here: %v", setupErr)
 	}
-}
-
-// setLinkUp flips IFF_UP of name with the ioctl ip(8) would use.
-func setLinkUp(name string, up bool) error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return err
-	}
-	flags := ifr.Uint16()
-	if up {
-		flags |= unix.IFF_UP
-	} else {
-		flags &^= unix.IFF_UP
-	}
-	ifr.SetUint16(flags)
-	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
 
 func waitEvent(t *testing.T, w *Watcher, match func(Event) bool) Event {
@@ -83,7 +61,7 @@ func TestWatcherSeesLinkChanges(t *testing.T) {
 			return
 		}
 		defer w.Close()
-		if err := setLinkUp("lo", true); err != nil {
+		if err := keventstest.SetLinkUp("lo", true); err != nil {
 			t.Errorf("setting lo up: %v", err)
 			return
 		}
@@ -91,7 +69,7 @@ func TestWatcherSeesLinkChanges(t *testing.T) {
 		if ev.Action != "newlink" || ev.Index != 1 {
 			t.Errorf("lo up: got %+v, want newlink of index 1", ev)
 		}
-		if err := setLinkUp("lo", false); err != nil {
+		if err := keventstest.SetLinkUp("lo", false); err != nil {
 			t.Errorf("setting lo down: %v", err)
 			return
 		}
