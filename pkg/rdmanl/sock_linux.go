@@ -1,0 +1,45 @@
+package rdmanl
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+type socket struct{ fd int }
+
+func openSocket(timeout time.Duration) (*socket, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_RDMA)
+	if err != nil {
+		return nil, err
+	}
+	s := &socket{fd: fd}
+	tv := unix.NsecToTimeval(timeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		s.close()
+		return nil, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *socket) send(b []byte) error {
+	return unix.Sendto(s.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+}
+
+// recv reads one datagram; n is its full length even when it did not fit
+// (MSG_TRUNC).
+func (s *socket) recv(buf []byte) (int, error) {
+	for {
+		n, _, err := unix.Recvfrom(s.fd, buf, unix.MSG_TRUNC)
+		if err == unix.EINTR {
+			continue
+		}
+		return n, err
+	}
+}
+
+func (s *socket) close() error { return unix.Close(s.fd) }
