@@ -225,12 +225,12 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 		return fmt.Errorf("reading the boot ID: %w", err)
 	}
 
-	var pods *driver.PodInformer
-	if !o.allowNonHostNetwork {
-		pods = driver.NewPodInformer(client, o.nodeName)
-		if err := pods.Start(ctx); err != nil {
-			return err
-		}
+	// Pods are looked up for the hostNetwork policy and, where every pod
+	// may use RDMA, still for the GID hints (a pod network's GIDs are not
+	// at the host's index).
+	pods := driver.NewPodInformer(client, o.nodeName)
+	if err := pods.Start(ctx); err != nil {
+		return err
 	}
 	m := driver.NewMetrics()
 	deps := driver.Deps{
@@ -240,9 +240,7 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 		BootID:     bootID,
 		Metrics:    m,
 	}
-	if pods != nil {
-		deps.Pods = pods
-	}
+	deps.Pods = pods
 	if o.kernelEvents {
 		// Optional: without it, changes are still seen by the port watcher
 		// and the rescan interval.
@@ -275,7 +273,7 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 			Shares:          o.legacyShares,
 			DevicePluginDir: filepath.Join(o.kubeletRootDir, "device-plugins"),
 			CDI:             deps.SpecDir,
-			EditOptions:     cdi.EditOptions{Env: true, HostDevRoot: o.devRoot},
+			EditOptions:     cdi.EditOptions{Env: true, HostDevRoot: o.devRoot, Network: legacyNetwork(o.allowNonHostNetwork)},
 		})
 		if err != nil {
 			return err
@@ -395,4 +393,14 @@ func draSocketName(podUID string) string {
 		return "dra.sock"
 	}
 	return "dra-" + podUID + ".sock"
+}
+
+// legacyNetwork is the network of device-plugin pods: the plugin is not told
+// which pod it serves, so only the hostNetwork policy says whose GID table
+// applies.
+func legacyNetwork(allowNonHostNetwork bool) cdi.Network {
+	if allowNonHostNetwork {
+		return cdi.NetworkUnknown
+	}
+	return cdi.NetworkHost
 }

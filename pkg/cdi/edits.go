@@ -3,6 +3,7 @@ package cdi
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,6 +40,36 @@ const (
 	EnvNCCLHCA      = "NCCL_IB_HCA"
 	EnvNCCLGIDIndex = "NCCL_IB_GID_INDEX"
 	EnvUCXDevices   = "UCX_NET_DEVICES"
+	EnvUCXGIDIndex  = "UCX_IB_GID_INDEX"
+	// EnvNCCLAddrFamily and EnvNCCLRoCEVersion steer NCCL's own GID choice
+	// (NCCL 2.21 and later) where the host's index would be wrong.
+	EnvNCCLAddrFamily  = "NCCL_IB_ADDR_FAMILY"
+	EnvNCCLRoCEVersion = "NCCL_IB_ROCE_VERSION_NUM"
+)
+
+// Network is how the containers of a claim reach the network. It decides
+// whether the host's GID table is theirs: a GID index is a position in the
+// port's table, and a pod on its own network has its address, and so its
+// GID, at a different position than the host's.
+type Network string
+
+const (
+	// NetworkHost: every pod of the claim uses hostNetwork.
+	NetworkHost Network = "host"
+	// NetworkPod: every pod of the claim has its own network namespace.
+	NetworkPod Network = "pod"
+	// NetworkUnknown: pods of both kinds, or they could not be looked up.
+	NetworkUnknown Network = "unknown"
+)
+
+// AddressFamily is the IP family of RoCE traffic; see EditOptions.
+type AddressFamily string
+
+const (
+	// FamilyAuto prefers IPv4 GIDs and falls back to IPv6 ones.
+	FamilyAuto AddressFamily = ""
+	FamilyIPv4 AddressFamily = "IPv4"
+	FamilyIPv6 AddressFamily = "IPv6"
 )
 
 // EditOptions says what the edits of an HCA include.
@@ -55,6 +86,11 @@ type EditOptions struct {
 	// root such as /tmp/node/dev. Only host paths use it; container paths
 	// are always ContainerDevDir/<name>.
 	HostDevRoot string
+	// Network and Family shape the GID hints of CommonEdits; DeviceEdits
+	// ignores them. An empty Network is NetworkHost, what the driver
+	// assumed before it recorded the network.
+	Network Network
+	Family  AddressFamily
 }
 
 func (o EditOptions) hostDevRoot() string {
@@ -123,14 +159,21 @@ func DeviceEnvName(ibdev string) string {
 // is not nil; same node attributes as at DeviceEdits) and, with opts.Env,
 // these aggregate hints over group, sorted by name:
 //
-//	NCCL_IB_GID_INDEX=3                 see below
 //	NCCL_IB_HCA==mlx5_0,mlx5_1          "=" is NCCL's exact-match prefix: without it mlx5_1 also selects mlx5_10
 //	RDMA_DEVICES=mlx5_0,mlx5_1          ibdev names, sorted, deduplicated
 //	UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1   the group's ACTIVE ports; every port when none is active
 //
-// NCCL_IB_GID_INDEX is set only when every HCA of group is RoCE and every
-// port listed in UCX_NET_DEVICES has the same RoCE v2 GID index (>= 0);
-// otherwise NCCL's own GID selection is better than a wrong guess.
+// When every HCA of group is RoCE, also the GID hints, by opts.Network:
+//
+//	host:  NCCL_IB_GID_INDEX=3, UCX_IB_GID_INDEX=3
+//	       the RoCE v2 GID index of opts.Family that every port listed in
+//	       UCX_NET_DEVICES has; none when they disagree or have none, since
+//	       the libraries' own choice is better than a wrong guess
+//	pod, unknown:
+//	       NCCL_IB_ADDR_FAMILY=AF_INET (AF_INET6 for FamilyIPv6),
+//	       NCCL_IB_ROCE_VERSION_NUM=2
+//	       no index: the host's positions are not the pod's, so NCCL picks
+//	       the RoCE v2 GID of that family itself (UCX's auto choice likewise)
 //
 // group is the set of HCAs the container will see, which is the union over
 // all claims the container uses. The runtime keeps the last value of a
@@ -145,13 +188,13 @@ func CommonEdits(rdmaCM *hca.CharDevice, group []hca.HCA, opts EditOptions) cdis
 		edits.DeviceNodes = []*cdispec.DeviceNode{deviceNode(rdmaCMName, *rdmaCM, opts.hostDevRoot())}
 	}
 	if opts.Env {
-		edits.Env = aggregateEnv(group)
+		edits.Env = aggregateEnv(group, opts)
 	}
 	return edits
 }
 
 // aggregateEnv computes CommonEdits' variables, sorted by name.
-func aggregateEnv(group []hca.HCA) []string {
+func aggregateEnv(group []hca.HCA, opts EditOptions) []string {
 	byName := map[string]hca.HCA{}
 	for _, h := range group {
 		byName[h.Name] = h
@@ -189,8 +232,20 @@ func aggregateEnv(group []hca.HCA) []string {
 		env[EnvUCXDevices] = strings.Join(ucx, ",")
 	}
 
-	if gid, ok := commonGIDIndex(names, byName, ports); ok {
-		env[EnvNCCLGIDIndex] = strconv.Itoa(gid)
+	if allRoCE(names, byName) {
+		switch opts.Network {
+		case NetworkHost, "":
+			if gid, ok := commonGIDIndex(ports, opts.Family); ok {
+				env[EnvNCCLGIDIndex] = strconv.Itoa(gid)
+				env[EnvUCXGIDIndex] = strconv.Itoa(gid)
+			}
+		default:
+			env[EnvNCCLAddrFamily] = "AF_INET"
+			if opts.Family == FamilyIPv6 {
+				env[EnvNCCLAddrFamily] = "AF_INET6"
+			}
+			env[EnvNCCLRoCEVersion] = "2"
+		}
 	}
 
 	out := make([]string, 0, len(env))
@@ -206,24 +261,50 @@ type hcaPort struct {
 	p    hca.Port
 }
 
-// commonGIDIndex is the RoCE v2 GID index every port agrees on, if all the
-// HCAs are RoCE and there is one.
-func commonGIDIndex(names []string, byName map[string]hca.HCA, ports []hcaPort) (int, bool) {
+// allRoCE reports whether the group is non-empty and all RoCE.
+func allRoCE(names []string, byName map[string]hca.HCA) bool {
+	for _, n := range names {
+		if byName[n].Transport() != hca.TransportRoCE {
+			return false
+		}
+	}
+	return len(names) > 0
+}
+
+// commonGIDIndex is the RoCE v2 GID index of family every port agrees on,
+// if there is one.
+func commonGIDIndex(ports []hcaPort, family AddressFamily) (int, bool) {
 	if len(ports) == 0 {
 		return 0, false
 	}
-	for _, n := range names {
-		if byName[n].Transport() != hca.TransportRoCE {
-			return 0, false
-		}
-	}
-	gid := ports[0].p.RoCEv2GIDIndex
+	gid := roceV2Index(ports[0].p, family)
 	for _, p := range ports {
-		if p.p.RoCEv2GIDIndex != gid {
+		if roceV2Index(p.p, family) != gid {
 			return 0, false
 		}
 	}
 	return gid, gid >= 0
+}
+
+// roceV2Index is the lowest index of a RoCE v2 GID of family on p, or -1.
+// An IPv6 GID must be routable (not link-local), as NCCL requires.
+func roceV2Index(p hca.Port, family AddressFamily) int {
+	if family == FamilyAuto {
+		return p.RoCEv2GIDIndex
+	}
+	for _, g := range p.GIDs {
+		if g.Type != "RoCE v2" {
+			continue
+		}
+		a, err := netip.ParseAddr(g.GID)
+		if err != nil {
+			continue
+		}
+		if family == FamilyIPv4 && a.Is4In6() || family == FamilyIPv6 && !a.Is4In6() && !a.IsLinkLocalUnicast() && !a.IsUnspecified() {
+			return g.Index
+		}
+	}
+	return -1
 }
 
 // checkCharDevice rejects what would make a wrong or host-dependent node.

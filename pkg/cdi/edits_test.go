@@ -230,8 +230,69 @@ func TestNCCLGIDIndex(t *testing.T) {
 
 func TestCommonEditsEnvSorted(t *testing.T) {
 	env := CommonEdits(rdmaCM, []hca.HCA{roceHCA(0, active(3))}, EditOptions{Env: true}).Env
-	want := []string{"NCCL_IB_GID_INDEX=3", "NCCL_IB_HCA==mlx5_0", "RDMA_DEVICES=mlx5_0", "UCX_NET_DEVICES=mlx5_0:1"}
+	want := []string{"NCCL_IB_GID_INDEX=3", "NCCL_IB_HCA==mlx5_0", "RDMA_DEVICES=mlx5_0", "UCX_IB_GID_INDEX=3", "UCX_NET_DEVICES=mlx5_0:1"}
 	if diff := cmp.Diff(want, env); diff != "" {
 		t.Errorf("env (-want +got):\n%s", diff)
+	}
+}
+
+// dualStack is an ACTIVE RoCE port with the GID table a ConnectX port on a
+// dual-stack netdev has: link-local v1/v2, IPv4 v1/v2 at 2/3, global IPv6
+// v1/v2 at 4/5. ipv4 false drops the IPv4 entries (an IPv6-only host).
+func dualStack(ipv4 bool) hca.Port {
+	p := hca.Port{State: "ACTIVE", RoCEv2GIDIndex: 5, GIDs: []hca.GID{
+		{Index: 0, GID: "fe80:0000:0000:0000:a288:c2ff:fe3b:506a", Type: "IB/RoCE v1"},
+		{Index: 1, GID: "fe80:0000:0000:0000:a288:c2ff:fe3b:506a", Type: "RoCE v2"},
+		{Index: 4, GID: "2010:0200:0000:0002:a288:c2ff:fe3b:506a", Type: "IB/RoCE v1"},
+		{Index: 5, GID: "2010:0200:0000:0002:a288:c2ff:fe3b:506a", Type: "RoCE v2"},
+	}}
+	if ipv4 {
+		p.RoCEv2GIDIndex = 3
+		p.GIDs = append(p.GIDs,
+			hca.GID{Index: 2, GID: "0000:0000:0000:0000:0000:ffff:0ac8:010a", Type: "IB/RoCE v1"},
+			hca.GID{Index: 3, GID: "0000:0000:0000:0000:0000:ffff:0ac8:010a", Type: "RoCE v2"})
+	}
+	return p
+}
+
+func TestGIDHintsByNetwork(t *testing.T) {
+	dual := []hca.HCA{roceHCA(0, dualStack(true)), roceHCA(1, dualStack(true))}
+	v6only := []hca.HCA{roceHCA(0, dualStack(false))}
+	hostIndex := func(i string) []string { return []string{"NCCL_IB_GID_INDEX=" + i, "UCX_IB_GID_INDEX=" + i} }
+	podFamily := func(f string) []string { return []string{"NCCL_IB_ADDR_FAMILY=" + f, "NCCL_IB_ROCE_VERSION_NUM=2"} }
+	tests := []struct {
+		name    string
+		group   []hca.HCA
+		network Network
+		family  AddressFamily
+		want    []string // the GID hints only
+	}{
+		{"host, auto: IPv4 first", dual, NetworkHost, FamilyAuto, hostIndex("3")},
+		{"record without network is host", dual, "", FamilyAuto, hostIndex("3")},
+		{"host, IPv4", dual, NetworkHost, FamilyIPv4, hostIndex("3")},
+		{"host, IPv6: global, not link-local", dual, NetworkHost, FamilyIPv6, hostIndex("5")},
+		{"host, auto on an IPv6-only port", v6only, NetworkHost, FamilyAuto, hostIndex("5")},
+		{"host, IPv4 asked, port has none", v6only, NetworkHost, FamilyIPv4, nil},
+		{"pod: no host index, NCCL picks by family", dual, NetworkPod, FamilyAuto, podFamily("AF_INET")},
+		{"pod, IPv6 (the Lingjun mode)", dual, NetworkPod, FamilyIPv6, podFamily("AF_INET6")},
+		{"pod, IPv4", v6only, NetworkPod, FamilyIPv4, podFamily("AF_INET")},
+		{"mixed pods: no index either", dual, NetworkUnknown, FamilyIPv6, podFamily("AF_INET6")},
+		{"InfiniBand: no GID hints in any mode", []hca.HCA{ibHCA(0)}, NetworkPod, FamilyIPv6, nil},
+		{"InfiniBand on the host", []hca.HCA{ibHCA(0)}, NetworkHost, FamilyAuto, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, kv := range CommonEdits(nil, tt.group, EditOptions{Env: true, Network: tt.network, Family: tt.family}).Env {
+				name, _, _ := strings.Cut(kv, "=")
+				switch name {
+				case EnvNCCLGIDIndex, EnvUCXGIDIndex, EnvNCCLAddrFamily, EnvNCCLRoCEVersion:
+					got = append(got, kv)
+				}
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("GID hints (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

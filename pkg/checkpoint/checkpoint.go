@@ -22,6 +22,10 @@ type Claim struct {
 	// PodUIDs are the pods the claim was reserved for when prepared; for
 	// information and grouping only, it is not kept up to date.
 	PodUIDs []string `json:"podUIDs,omitempty"`
+	// Network is how those pods reach the network: "host", "pod" or
+	// "unknown" (see cdi.Network); empty in records written before it
+	// existed, which then mean "host".
+	Network string   `json:"network,omitempty"`
 	Devices []Device `json:"devices,omitempty"`
 	// BootID is the kernel's boot ID at prepare time. A different one
 	// means the node rebooted, so the claim's CDI spec (on tmpfs) is gone
@@ -41,9 +45,11 @@ type Device struct {
 	AdminAccess bool   `json:"adminAccess,omitempty"`
 	// ManagementDevices and Env are the effective HcaConfig, kept so the
 	// spec can be rewritten after a reboot without the claim.
-	ManagementDevices bool     `json:"managementDevices,omitempty"`
-	Env               bool     `json:"env,omitempty"`
-	CDIDeviceIDs      []string `json:"cdiDeviceIDs,omitempty"`
+	ManagementDevices bool `json:"managementDevices,omitempty"`
+	Env               bool `json:"env,omitempty"`
+	// AddressFamily is HcaConfig.addressFamily; empty means Auto.
+	AddressFamily string   `json:"addressFamily,omitempty"`
+	CDIDeviceIDs  []string `json:"cdiDeviceIDs,omitempty"`
 }
 
 // clone returns a deep copy, with a non-nil Claims map, so the Store's copy

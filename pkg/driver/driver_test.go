@@ -827,3 +827,71 @@ func TestLegacyDevice(t *testing.T) {
 		t.Errorf("legacy container devices with no HCA left: %v, want rdma_cm only", got)
 	}
 }
+
+// The GID hints depend on whose GID table the pod uses: a hostNetwork pod's
+// is the host's, so it gets the host's index; a pod on its own network gets
+// the family instead, for NCCL to find its own address's GID.
+func TestGIDHintsFollowThePodNetwork(t *testing.T) {
+	t.Parallel()
+	ipv6 := `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","addressFamily":"IPv6"}`
+	tests := []struct {
+		name        string // short: the test's socket paths contain it
+		hostNetwork bool
+		config      []string
+		want        map[string]string
+	}{
+		{"host", true, nil,
+			map[string]string{"NCCL_IB_GID_INDEX": "3", "UCX_IB_GID_INDEX": "3"}},
+		{"host-v6-none", true, []string{ipv6},
+			map[string]string{}},
+		{"pod", false, nil,
+			map[string]string{"NCCL_IB_ADDR_FAMILY": "AF_INET", "NCCL_IB_ROCE_VERSION_NUM": "2"}},
+		{"pod-v6", false, []string{ipv6},
+			map[string]string{"NCCL_IB_ADDR_FAMILY": "AF_INET6", "NCCL_IB_ROCE_VERSION_NUM": "2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.allowNonHN = true
+			e.start()
+			c := e.claim("roce", hostNetworkPod("p", tt.hostNetwork), one("mlx5-8"), tt.config...)
+			s := e.container(e.mustPrepare(c)...)
+			got := envOf(s, "NCCL_IB_GID_INDEX", "UCX_IB_GID_INDEX", "NCCL_IB_ADDR_FAMILY", "NCCL_IB_ROCE_VERSION_NUM")
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("GID hints (-want +got):\n%s", diff)
+			}
+			cp, err := checkpoint.NewStore(e.checkpointPath()).Load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantNet := map[bool]string{true: "host", false: "pod"}[tt.hostNetwork]
+			if got := cp.Claims[string(c.UID)].Network; got != wantNet {
+				t.Errorf("checkpoint records network %q, want %q (a restart rewrites the spec from it)", got, wantNet)
+			}
+		})
+	}
+
+	t.Run("mixed", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.allowNonHN = true
+		e.start()
+		c := e.claim("two", hostNetworkPod("p", false), []allocated{{request: "a", device: "mlx5-8"}, {request: "b", device: "mlx5-9"}})
+		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{{
+			Source: resourceapi.AllocationConfigSourceClaim, Requests: []string{"b"},
+			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+				Driver: driverName, Parameters: runtime.RawExtension{Raw: []byte(ipv6)}}},
+		}}
+		if _, err := e.client.ResourceV1().ResourceClaims("default").UpdateStatus(context.Background(), c, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r := e.prepare(c)[string(c.UID)]
+		if want := "requests a and b ask for different addressFamily (Auto, IPv6)"; !strings.Contains(r.Error, want) {
+			t.Fatalf("error %q, want one containing %q", r.Error, want)
+		}
+		if uids, _ := cdi.NewSpecDir(e.cdiDir).ClaimUIDs(); len(uids) != 0 {
+			t.Errorf("refused claim left CDI specs %v", uids)
+		}
+	})
+}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	configapi "github.com/rdma-dra/rdma-dra-driver/api/rdma.dra.dev/v1alpha1"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
@@ -106,9 +107,11 @@ func (d *Driver) resolveLocked(ctx context.Context, claim *resourceapi.ResourceC
 		}
 	}
 	gosort.Sort(c.PodUIDs)
-	if err := d.checkHostNetwork(ctx, claim); err != nil {
+	network, err := d.claimNetwork(ctx, claim)
+	if err != nil {
 		return c, err
 	}
+	c.Network = string(network)
 
 	for _, r := range alloc.Devices.Results {
 		if r.Driver != d.cfg.DriverName {
@@ -130,6 +133,12 @@ func (d *Driver) resolveLocked(ctx context.Context, claim *resourceapi.ResourceC
 			AdminAccess:       r.AdminAccess != nil && *r.AdminAccess,
 			ManagementDevices: *cfg.ManagementDevices,
 			Env:               *cfg.Env,
+		}
+		if f := *cfg.AddressFamily; f != configapi.AddressFamilyAuto {
+			dev.AddressFamily = string(f)
+		}
+		if len(c.Devices) > 0 && c.Devices[0].AddressFamily != dev.AddressFamily {
+			return c, fmt.Errorf("requests %s and %s ask for different addressFamily (%s, %s), but a container gets one set of NCCL/UCX GID hints", c.Devices[0].Request, r.Request, familyName(c.Devices[0].AddressFamily), familyName(dev.AddressFamily))
 		}
 		if r.ShareID != nil {
 			dev.ShareID = string(*r.ShareID)
@@ -221,33 +230,63 @@ func (d *Driver) usableLocked() []hca.HCA {
 	return out
 }
 
-// checkHostNetwork enforces --allow-non-host-network=false.
-func (d *Driver) checkHostNetwork(ctx context.Context, claim *resourceapi.ResourceClaim) error {
-	if d.cfg.AllowNonHostNetwork {
-		return nil
+func familyName(f string) string {
+	if f == "" {
+		return string(configapi.AddressFamilyAuto)
 	}
+	return f
+}
+
+// claimNetwork looks up the pods the claim is reserved for: it enforces
+// --allow-non-host-network=false, and tells the GID hints whether the
+// host's GID table is the pods' own. Where the policy allows every pod, a
+// failed lookup only costs the hints their host index (NetworkUnknown).
+func (d *Driver) claimNetwork(ctx context.Context, claim *resourceapi.ResourceClaim) (cdi.Network, error) {
+	enforce := !d.cfg.AllowNonHostNetwork
+	if d.pods == nil {
+		return cdi.NetworkUnknown, nil // New refuses this when enforcing
+	}
+	host, own := 0, 0
 	for _, ref := range claim.Status.ReservedFor {
 		if ref.APIGroup != "" || ref.Resource != "pods" {
 			continue
 		}
 		pod, err := d.pods.GetPod(ctx, claim.Namespace, ref.Name, ref.UID)
+		if err == nil && pod.UID != ref.UID {
+			err = fmt.Errorf("pod %s/%s has UID %s, but the claim is reserved for UID %s", claim.Namespace, ref.Name, pod.UID, ref.UID)
+		} else if err != nil {
+			err = fmt.Errorf("looking up pod %s/%s for the hostNetwork policy: %w", claim.Namespace, ref.Name, err)
+		}
 		if err != nil {
-			return fmt.Errorf("looking up pod %s/%s for the hostNetwork policy: %w", claim.Namespace, ref.Name, err)
+			if enforce {
+				return "", err
+			}
+			klog.FromContext(ctx).V(2).Info("No GID index hints for the claim", "claim", klog.KObj(claim), "err", err)
+			return cdi.NetworkUnknown, nil
 		}
-		if pod.UID != ref.UID {
-			return fmt.Errorf("pod %s/%s has UID %s, but the claim is reserved for UID %s", claim.Namespace, ref.Name, pod.UID, ref.UID)
+		if pod.Spec.HostNetwork {
+			host++
+			continue
 		}
-		if !pod.Spec.HostNetwork {
-			return fmt.Errorf("pod %s/%s does not use hostNetwork, and RDMA for non-hostNetwork pods is disabled on this node; %s", claim.Namespace, ref.Name, HostNetworkHint)
+		if enforce {
+			return "", fmt.Errorf("pod %s/%s does not use hostNetwork, and RDMA for non-hostNetwork pods is disabled on this node; %s", claim.Namespace, ref.Name, HostNetworkHint)
 		}
+		own++
 	}
-	return nil
+	switch {
+	case host > 0 && own == 0:
+		return cdi.NetworkHost, nil
+	case own > 0 && host == 0:
+		return cdi.NetworkPod, nil
+	}
+	return cdi.NetworkUnknown, nil
 }
 
 // writeSpecLocked (re)writes the CDI spec of a resolved claim. group is the
 // set of HCAs the claim's containers see with it, for the aggregate env.
 func (d *Driver) writeSpecLocked(c checkpoint.Claim, group []hca.HCA) error {
 	env := false
+	family := ""
 	var devices []cdi.ClaimDevice
 	for _, dev := range c.Devices {
 		opts := cdi.EditOptions{ManagementDevices: dev.ManagementDevices, Env: dev.Env, HostDevRoot: d.cfg.HostDevRoot}
@@ -270,12 +309,14 @@ func (d *Driver) writeSpecLocked(c checkpoint.Claim, group []hca.HCA) error {
 			return err
 		}
 		env = env || dev.Env
+		family = dev.AddressFamily
 		devices = append(devices, cdi.ClaimDevice{Name: cdi.DeviceName(c.UID, dev.Device, dev.ShareID), Edits: edits})
 	}
 	if len(devices) == 0 {
 		return d.specs.RemoveClaim(c.UID)
 	}
-	common := cdi.CommonEdits(d.inv.RDMACM, group, cdi.EditOptions{Env: env, HostDevRoot: d.cfg.HostDevRoot})
+	common := cdi.CommonEdits(d.inv.RDMACM, group, cdi.EditOptions{Env: env, HostDevRoot: d.cfg.HostDevRoot,
+		Network: cdi.Network(c.Network), Family: cdi.AddressFamily(family)})
 	return d.specs.WriteClaim(c.UID, common, devices)
 }
 

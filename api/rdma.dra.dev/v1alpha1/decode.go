@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -13,7 +14,7 @@ import (
 )
 
 // knownFields lists the fields of HcaConfig for the unknown-field error.
-const knownFields = "apiVersion, kind, managementDevices, env"
+const knownFields = "apiVersion, kind, managementDevices, env, addressFamily"
 
 // Decode parses opaque parameters into an HcaConfig, strictly: unknown and
 // duplicate fields, a missing or wrong apiVersion or kind, a value of the
@@ -158,6 +159,8 @@ func decodeJSON(raw []byte) (*HcaConfig, error) {
 			c.ManagementDevices, err = boolField(key, v)
 		case "env":
 			c.Env, err = boolField(key, v)
+		case "addressFamily":
+			c.AddressFamily, err = familyField(key, v)
 		default:
 			err = fmt.Errorf("HcaConfig: unknown field %q (known fields: %s)", key, knownFields)
 		}
@@ -188,6 +191,22 @@ func boolField(name string, v json.RawMessage) (*bool, error) {
 		return nil, nil
 	}
 	return nil, fmt.Errorf("%s: want a boolean, got %s", name, shorten(v))
+}
+
+// familyField decodes an optional AddressFamily; null means unset.
+func familyField(name string, v json.RawMessage) (*AddressFamily, error) {
+	if string(v) == "null" {
+		return nil, nil
+	}
+	s, err := stringField(name, v)
+	if err != nil {
+		return nil, err
+	}
+	f := AddressFamily(s)
+	if !slices.Contains(addressFamilies, f) {
+		return nil, fmt.Errorf("%s: want one of %s, got %s", name, listFamilies(), shorten(v))
+	}
+	return &f, nil
 }
 
 func jsonError(err error) error {

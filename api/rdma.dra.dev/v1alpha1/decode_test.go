@@ -49,6 +49,26 @@ func TestDecode(t *testing.T) {
 			want: &HcaConfig{TypeMeta: typeMeta, Env: ptr(true)},
 		},
 		{
+			name: "addressFamily",
+			in:   `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","addressFamily":"IPv6"}`,
+			want: &HcaConfig{TypeMeta: typeMeta, AddressFamily: ptr(AddressFamilyIPv6)},
+		},
+		{
+			name: "addressFamily in YAML, and null",
+			in:   "apiVersion: rdma.dra.dev/v1alpha1\nkind: HcaConfig\naddressFamily: ~\n",
+			want: &HcaConfig{TypeMeta: typeMeta},
+		},
+		{
+			name:    "addressFamily is case-sensitive",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","addressFamily":"ipv6"}`,
+			wantErr: `addressFamily: want one of "Auto", "IPv4", "IPv6", got "ipv6"`,
+		},
+		{
+			name:    "addressFamily of the wrong type",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","addressFamily":6}`,
+			wantErr: `addressFamily: want a string, got 6`,
+		},
+		{
 			name:    "unknown field",
 			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","managmentDevices":true}`,
 			wantErr: `HcaConfig: unknown field "managmentDevices"`,
@@ -205,6 +225,8 @@ func TestValidate(t *testing.T) {
 		{"nil", nil, "HcaConfig: no config"},
 		{"no TypeMeta", &HcaConfig{Env: ptr(true)}, `apiVersion: missing; want "rdma.dra.dev/v1alpha1"`},
 		{"wrong kind", &HcaConfig{TypeMeta: metav1.TypeMeta{APIVersion: APIVersion, Kind: "Hca"}}, `kind: want "HcaConfig", got "Hca"`},
+		{"IPv6", &HcaConfig{TypeMeta: typeMeta, AddressFamily: ptr(AddressFamilyIPv6)}, ""},
+		{"unknown family", &HcaConfig{TypeMeta: typeMeta, AddressFamily: ptr(AddressFamily("AF_INET6"))}, `addressFamily: want one of "Auto", "IPv4", "IPv6", got "AF_INET6"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -266,6 +288,33 @@ func TestMerge(t *testing.T) {
 			*got.ManagementDevices, *got.Env = !*got.ManagementDevices, !*got.Env
 			if after, _ := json.Marshal(tt.chain); string(after) != string(before) {
 				t.Errorf("changing the Merge result changed its input: %s, was %s", after, before)
+			}
+		})
+	}
+}
+
+func TestMergeAddressFamily(t *testing.T) {
+	fam := func(f AddressFamily) *HcaConfig { return &HcaConfig{TypeMeta: typeMeta, AddressFamily: &f} }
+	tests := []struct {
+		name  string
+		chain []*HcaConfig
+		want  AddressFamily
+	}{
+		{"default", nil, AddressFamilyAuto},
+		{"class sets IPv6", []*HcaConfig{fam(AddressFamilyIPv6), {TypeMeta: typeMeta}}, AddressFamilyIPv6},
+		{"claim overrides class", []*HcaConfig{fam(AddressFamilyIPv6), fam(AddressFamilyIPv4)}, AddressFamilyIPv4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Merge(tt.chain...)
+			if got.AddressFamily == nil || *got.AddressFamily != tt.want {
+				t.Fatalf("Merge = %s, want addressFamily %s", show(got), tt.want)
+			}
+			*got.AddressFamily = "changed"
+			for _, c := range tt.chain {
+				if c.AddressFamily != nil && *c.AddressFamily == "changed" {
+					t.Fatal("the Merge result aliases an input")
+				}
 			}
 		})
 	}

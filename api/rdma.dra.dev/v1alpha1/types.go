@@ -3,6 +3,9 @@ package v1alpha1
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -25,7 +28,29 @@ type HcaConfig struct {
 	// Env sets the RDMA_DEVICES, NCCL_IB_HCA and UCX_NET_DEVICES hints in
 	// the container. Default true.
 	Env *bool `json:"env,omitempty"`
+
+	// AddressFamily is the IP family RDMA traffic over RoCE uses, which
+	// decides the GID the NCCL and UCX hints point at: a hostNetwork pod
+	// gets the host's GID index of that family, a pod on its own network
+	// gets NCCL_IB_ADDR_FAMILY so NCCL picks the GID of the pod's own
+	// address. Default Auto: IPv4 where the port has an IPv4 GID, else
+	// IPv6. Set IPv6 for clusters whose pods are IPv6-only (the ACK Lingjun
+	// non-hostNetwork mode), best in the DeviceClass's config.
+	AddressFamily *AddressFamily `json:"addressFamily,omitempty"`
 }
+
+// AddressFamily is an IP address family for RoCE traffic.
+type AddressFamily string
+
+// The values of HcaConfig.AddressFamily.
+const (
+	AddressFamilyAuto AddressFamily = "Auto"
+	AddressFamilyIPv4 AddressFamily = "IPv4"
+	AddressFamilyIPv6 AddressFamily = "IPv6"
+)
+
+// addressFamilies are the valid values, in the order error messages list them.
+var addressFamilies = []AddressFamily{AddressFamilyAuto, AddressFamilyIPv4, AddressFamilyIPv6}
 
 // DefaultHcaConfig returns the defaults, with every field set and the
 // TypeMeta filled in. Each call returns a new value the caller may change.
@@ -34,12 +59,13 @@ func DefaultHcaConfig() *HcaConfig {
 		TypeMeta:          metav1.TypeMeta{APIVersion: APIVersion, Kind: Kind},
 		ManagementDevices: ptr(false),
 		Env:               ptr(true),
+		AddressFamily:     ptr(AddressFamilyAuto),
 	}
 }
 
 // Validate reports what Decode would reject in a config built in code: a
-// missing or wrong apiVersion or kind. Every combination of the fields
-// themselves is valid.
+// missing or wrong apiVersion or kind, or an unknown AddressFamily. Every
+// combination of valid fields is valid.
 func (c *HcaConfig) Validate() error {
 	if c == nil {
 		return errors.New("HcaConfig: no config")
@@ -47,7 +73,21 @@ func (c *HcaConfig) Validate() error {
 	if err := checkTypeMeta("apiVersion", c.APIVersion, APIVersion); err != nil {
 		return err
 	}
-	return checkTypeMeta("kind", c.Kind, Kind)
+	if err := checkTypeMeta("kind", c.Kind, Kind); err != nil {
+		return err
+	}
+	if c.AddressFamily != nil && !slices.Contains(addressFamilies, *c.AddressFamily) {
+		return fmt.Errorf("addressFamily: want one of %s, got %q", listFamilies(), *c.AddressFamily)
+	}
+	return nil
+}
+
+func listFamilies() string {
+	q := make([]string, len(addressFamilies))
+	for i, f := range addressFamilies {
+		q[i] = strconv.Quote(string(f))
+	}
+	return strings.Join(q, ", ")
 }
 
 func checkTypeMeta(field, got, want string) error {
@@ -78,6 +118,9 @@ func Merge(configs ...*HcaConfig) *HcaConfig {
 		}
 		if c.Env != nil {
 			out.Env = ptr(*c.Env)
+		}
+		if c.AddressFamily != nil {
+			out.AddressFamily = ptr(*c.AddressFamily)
 		}
 	}
 	return out
