@@ -3,12 +3,14 @@ package hca
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -18,6 +20,7 @@ type Discoverer struct {
 	sysfsRoot string
 	devRoot   string
 	readFile  func(string) ([]byte, error)
+	netlink   Netlink
 }
 
 // Option configures a Discoverer.
@@ -38,7 +41,7 @@ func WithReadFile(f func(string) ([]byte, error)) Option {
 
 // NewDiscoverer returns a Discoverer for /sys and /dev unless told otherwise.
 func NewDiscoverer(opts ...Option) *Discoverer {
-	d := &Discoverer{sysfsRoot: "/sys", devRoot: "/dev", readFile: os.ReadFile}
+	d := &Discoverer{sysfsRoot: "/sys", devRoot: "/dev", readFile: readSysfs}
 	for _, o := range opts {
 		o(d)
 	}
@@ -60,16 +63,20 @@ func (d *Discoverer) Discover() (Inventory, error) {
 	pass := &pass{d: d, root: root}
 
 	inv.NetnsMode = pass.netnsMode(&inv.Warnings)
+	if inv.NetnsMode != NetnsUnknown {
+		inv.NetnsModeSource = SourceSysfs
+	}
 	inv.RDMACM = pass.rdmaCM(&inv.Warnings)
 
 	ibClass := filepath.Join(root, "class", "infiniband")
 	entries, err := os.ReadDir(ibClass)
 	if errors.Is(err, fs.ErrNotExist) {
-		return inv, nil
+		return inv, nil // no ib_core: nothing to ask netlink either
 	}
 	if err != nil {
 		return inv, fmt.Errorf("listing RDMA devices: %w", err)
 	}
+	links := pass.netlinkFacts(&inv)
 	uverbs, badUverbs, warns := pass.uverbsDevices()
 	inv.Warnings = append(inv.Warnings, warns...)
 	mads, warns := pass.madDevices()
@@ -77,6 +84,7 @@ func (d *Discoverer) Discover() (Inventory, error) {
 
 	for _, e := range entries {
 		h := pass.hca(e.Name())
+		addLinks(&h, links[h.Name])
 		badReason := ""
 		if u, ok := uverbs[h.Name]; ok {
 			h.Uverbs = &u
@@ -96,8 +104,36 @@ func (d *Discoverer) Discover() (Inventory, error) {
 	}
 	slices.Sort(orphans)
 	inv.Warnings = append(inv.Warnings, orphans...)
+	if w := hiddenDevices(entries, uverbs, inv.NetnsMode); w != "" {
+		inv.Warnings = append(inv.Warnings, w)
+	}
 	slices.SortFunc(inv.HCAs, func(a, b HCA) int { return strings.Compare(a.Name, b.Name) })
 	return inv, nil
+}
+
+// hiddenDevices says when class/infiniband_verbs names ibdevs that
+// class/infiniband does not list. In exclusive netns mode that is what
+// sysfs shows a process outside the devices' network namespace.
+func hiddenDevices(entries []os.DirEntry, uverbs map[string]CharDevice, mode NetnsMode) string {
+	listed := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		listed[e.Name()] = true
+	}
+	var hidden []string
+	for ibdev := range uverbs {
+		if !listed[ibdev] {
+			hidden = append(hidden, ibdev)
+		}
+	}
+	if len(hidden) == 0 {
+		return ""
+	}
+	slices.Sort(hidden)
+	w := fmt.Sprintf("class/infiniband does not list %s, which class/infiniband_verbs names", strings.Join(hidden, ", "))
+	if mode == NetnsExclusive {
+		w += ": in exclusive netns mode sysfs shows only the RDMA devices of the reader's network namespace; run in the host's (hostNetwork)"
+	}
+	return w
 }
 
 // pass is one discovery walk.
@@ -482,40 +518,95 @@ func (p *pass) port(w warner, dir string, n int) Port {
 // skipped before their attributes are read (those reads fail by design).
 func (p *pass) gids(w warner, portDir string, ethernet bool) []GID {
 	gidDir := filepath.Join(portDir, "gids")
-	entries, err := os.ReadDir(gidDir)
+	names, err := dirNames(gidDir)
 	if err != nil {
 		w.add(gidDir, err)
 		return nil
 	}
 	var out []GID
-	for _, e := range entries {
-		idx, err := strconv.Atoi(e.Name())
+	for _, name := range names {
+		idx, err := strconv.Atoi(name)
 		if err != nil || idx < 0 {
 			continue
 		}
-		path := filepath.Join(gidDir, e.Name())
-		s, ok := p.readAttr(w, path)
-		if !ok {
-			continue
-		}
-		_, empty, err := parseGID(s)
+		path := gidDir + string(filepath.Separator) + name
+		b, err := p.d.readFile(path)
 		if err != nil {
 			w.add(path, err)
 			continue
 		}
-		if empty {
+		// Most slots are empty (rxe has 1024): skip them before any
+		// parsing or allocation.
+		if isEmptyGID(b) {
+			continue
+		}
+		s := strings.TrimRight(string(b), "\n")
+		if _, empty, err := parseGID(s); err != nil {
+			w.add(path, err)
+			continue
+		} else if empty {
 			continue
 		}
 		g := GID{Index: idx, GID: s}
-		g.Type = p.gidAttr(w, filepath.Join(portDir, "gid_attrs", "types", e.Name()))
+		g.Type = p.gidAttr(w, filepath.Join(portDir, "gid_attrs", "types", name))
 		if ethernet {
-			g.Netdev = p.gidAttr(w, filepath.Join(portDir, "gid_attrs", "ndevs", e.Name()))
+			g.Netdev = p.gidAttr(w, filepath.Join(portDir, "gid_attrs", "ndevs", name))
 		}
 		out = append(out, g)
 	}
 	slices.SortFunc(out, func(a, b GID) int { return a.Index - b.Index })
 	return out
 }
+
+// emptyGID is an unused GID table slot as sysfs prints it.
+const emptyGID = "0000:0000:0000:0000:0000:0000:0000:0000\n"
+
+func isEmptyGID(b []byte) bool { return string(b) == emptyGID }
+
+// dirNames lists a directory's names, unsorted (callers sort what they keep).
+func dirNames(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, &fs.PathError{Op: "readdir", Path: dir, Err: err}
+	}
+	return names, nil
+}
+
+// readSysfs reads a sysfs attribute: like os.ReadFile without the stat
+// and the page-sized buffer per file (attributes are a few bytes).
+func readSysfs(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	bp := readBufs.Get().(*[512]byte)
+	defer readBufs.Put(bp)
+	buf := bp[:]
+	n := 0
+	for n < len(buf) {
+		m, err := f.Read(buf[n:])
+		n += m
+		if err == io.EOF || (err == nil && m == 0) {
+			return append([]byte(nil), buf[:n]...), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	rest, err := io.ReadAll(f) // a long attribute (or not sysfs at all)
+	if err != nil {
+		return nil, err
+	}
+	return append(append([]byte(nil), buf...), rest...), nil
+}
+
+var readBufs = sync.Pool{New: func() any { return new([512]byte) }}
 
 // gidAttr reads a GID attribute. EINVAL and ENODATA are the kernel's way of
 // saying "no value" (no netdev on InfiniBand, a slot being torn down), so

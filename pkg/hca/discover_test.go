@@ -95,7 +95,7 @@ func TestDiscoverPresets(t *testing.T) {
 		{
 			preset: "softroce", netns: hca.NetnsShared, rdmaCM: "10:122",
 			rows: []string{
-				"rxe0 Soft-RoCE roce Ethernet 2.5 ACTIVE/LinkUp numa=-2 root= netdevs=eth0 uverbs0=231:192 sriov= roce=3 lid=0 usable=true",
+				"rxe0 Soft-RoCE roce Ethernet 2.5 ACTIVE/LinkUp numa=-2 root= netdevs=eth0 uverbs0=231:192 sriov= roce=1 lid=0 usable=true",
 			},
 		},
 		{preset: "empty", netns: hca.NetnsShared},

@@ -134,8 +134,8 @@ func TestDiscoverKernelListing(t *testing.T) {
 	vf.Netdevs = []string{"enp59s0f0v0"}
 
 	want := Inventory{
-		NetnsMode: NetnsExclusive,
-		RDMACM:    &CharDevice{Name: "rdma_cm", Path: "/dev/infiniband/rdma_cm", Major: 10, Minor: 122, Exists: true},
+		NetnsMode: NetnsExclusive, NetnsModeSource: SourceSysfs,
+		RDMACM: &CharDevice{Name: "rdma_cm", Path: "/dev/infiniband/rdma_cm", Major: 10, Minor: 122, Exists: true},
 		HCAs: []HCA{
 			{
 				Name: "ibp12s0", NodeType: "CA", NodeGUID: "b859:9f03:00c1:7e02", SysImageGUID: "b859:9f03:00c1:7e02",

@@ -32,6 +32,15 @@ const (
 	NetnsUnknown   NetnsMode = ""
 )
 
+// Source says where a node-wide fact came from.
+type Source string
+
+const (
+	SourceNone    Source = ""
+	SourceNetlink Source = "netlink" // RDMA netlink (rdma system, rdma link)
+	SourceSysfs   Source = "sysfs"   // module/ib_core/parameters/netns_mode
+)
+
 // SRIOVRole tells whether an HCA is a physical or a virtual function.
 type SRIOVRole string
 
@@ -47,6 +56,9 @@ type Inventory struct {
 	HCAs []HCA
 	// NetnsMode of the RDMA subsystem (shared unless the admin changed it).
 	NetnsMode NetnsMode
+	// NetnsModeSource is where NetnsMode came from: RDMA netlink when
+	// discovery was given it and the kernel answered, else sysfs.
+	NetnsModeSource Source
 	// RDMACM is /dev/infiniband/rdma_cm, shared by every HCA; nil when the
 	// rdma_ucm module is not loaded.
 	RDMACM *CharDevice
@@ -87,7 +99,9 @@ type HCA struct {
 
 	// Software is true for Soft-RoCE (rxe) and soft-iWARP (siw).
 	Software bool
-	// ParentNetdev of a software device.
+	// ParentNetdev of a software device: the ndev of its GIDs, else its
+	// parent file (rxe), else its port's netdev in RDMA netlink (siw has no
+	// sysfs trace of it).
 	ParentNetdev string
 
 	// Usable is false when the HCA cannot be handed to a container;
@@ -111,7 +125,10 @@ type Port struct {
 	Speed    string // NDR, HDR, ...
 	LID      int    // IB only; 0 when unassigned
 	SMLID    int
-	GIDs     []GID // non-empty GID slots, sorted by Index
+	// Netdev is the port's netdev as RDMA netlink reports it (rdma link);
+	// "" without netlink, or when the netdev is in another namespace.
+	Netdev string
+	GIDs   []GID // non-empty GID slots, sorted by Index
 	// RoCEv2GIDIndex is the lowest index of a RoCE v2 GID that carries an IP
 	// address (IPv4-mapped first, then IPv6), or -1.
 	RoCEv2GIDIndex int

@@ -26,12 +26,20 @@ type Spec struct {
 	NetnsShared bool   // module/ib_core/parameters/netns_mode: "Y" when true, "N" when false
 	RDMACMMinor uint32 // misc minor of rdma_cm (e.g. 58); 0 means "no rdma_cm" (module not loaded)
 	HCAs        []HCASpec
+	// ForeignNetns writes sysfs as a process outside the initial network
+	// namespace sees it. In exclusive mode (NetnsShared false) the RDMA
+	// devices are not its own: class/infiniband is empty and the ibdev
+	// directories are gone, while class/infiniband_verbs and
+	// /dev/infiniband still list every device. In shared mode it changes
+	// nothing in sysfs (Netlink then reports no port netdevs).
+	ForeignNetns bool
 }
 
 // HCASpec describes one RDMA device (one ibdev).
 type HCASpec struct {
 	Name         string     // ibdev, e.g. mlx5_0
 	NodeType     string     // "1: CA" when empty; "4: RNIC" for iWARP
+	NodeDesc     string     // node_desc; empty => "<Hostname> <ibdev>" (what rdma-ndd writes)
 	NodeGUID     string     // a088:c203:0012:3a40
 	SysImageGUID string     // shared by the functions of one card
 	FWVer        string     // always written (ib_core attribute); empty for drivers without a firmware string
@@ -42,6 +50,8 @@ type HCASpec struct {
 	Uverbs       int        // uverbs index N (dev 231:192+N); -1 => no uverbs device bound
 	// Netdevs under <pci>/net/ (hardware); for a software device, its parent
 	// netdev, created under devices/virtual/net/ unless a hardware HCA owns it.
+	// A software CA (rxe) names it in a parent file; an RNIC (siw) has no
+	// sysfs trace of it: only RDMA netlink (Node.Netlink) reports it.
 	Netdevs []string
 	// Corrupt overwrites files after the tree is written, to feed discovery
 	// bad input. Keys are paths relative to the ibdev dir ("ports/1/rate"),
@@ -106,7 +116,8 @@ type Node struct {
 	// (Build ran as root); otherwise they are empty regular files.
 	CharDevices bool
 
-	realSys string // SysfsRoot with symlinks resolved, to match Faults
+	realSys string         // SysfsRoot with symlinks resolved, to match Faults
+	ifindex map[string]int // netdev name => ifindex
 }
 
 const defaultGIDTableLen = 16
@@ -182,6 +193,7 @@ func build(dir string, spec Spec, mknod bool) (*Node, error) {
 		Spec:        spec,
 		Faults:      map[string]syscall.Errno{},
 		CharDevices: mknod,
+		ifindex:     map[string]int{},
 	}
 	if _, err := os.Lstat(n.SysfsRoot); err == nil {
 		return nil, fmt.Errorf("hcatest: %s already exists", n.SysfsRoot)
@@ -518,6 +530,30 @@ func (b *builder) build() error {
 			return err
 		}
 	}
+	if s.ForeignNetns && !s.NetnsShared {
+		return b.hideIBDevs()
+	}
+	return nil
+}
+
+// hideIBDevs removes what sysfs does not show outside the devices' network
+// namespace in exclusive mode: the class/infiniband links and the ibdev
+// directories (with their glue directory once empty).
+func (b *builder) hideIBDevs() error {
+	for i := range b.n.Spec.HCAs {
+		pl := placeOf(&b.n.Spec.HCAs[i])
+		for _, rel := range []string{"class/infiniband/" + pl.name, pl.ibdev()} {
+			path := filepath.Join(b.n.SysfsRoot, rel)
+			if err := os.RemoveAll(path); err != nil {
+				return err
+			}
+			b.n.dropFaults(path)
+		}
+		if pl.pci != "" {
+			_ = os.Remove(filepath.Join(b.n.SysfsRoot, pl.pci, "infiniband"))
+		}
+	}
+	b.w.dirs = map[string]bool{}
 	return nil
 }
 
@@ -533,7 +569,14 @@ func (b *builder) hca(h *HCASpec, hwNetdevs map[string]bool) error {
 	w.file(ib+"/node_guid", h.NodeGUID)
 	w.file(ib+"/sys_image_guid", h.SysImageGUID)
 	w.file(ib+"/fw_ver", h.FWVer)
-	w.file(ib+"/node_desc", strings.TrimSpace(b.n.Spec.Hostname+" "+h.Name))
+	desc := h.NodeDesc
+	if desc == "" {
+		desc = strings.TrimSpace(b.n.Spec.Hostname + " " + h.Name)
+	}
+	w.file(ib+"/node_desc", desc)
+	if pl.pci == "" && h.NodeType == "1: CA" && len(h.Netdevs) > 0 {
+		w.file(ib+"/parent", h.Netdevs[0]) // rxe's driver attribute
+	}
 	if h.HCAType != "" {
 		w.file(ib+"/hca_type", h.HCAType)
 	}
@@ -735,6 +778,7 @@ func (b *builder) netdev(pl place, name, address, typ string) {
 	b.written[d] = true
 	w := b.w
 	w.file(d+"/ifindex", fmt.Sprint(b.ifindex))
+	b.n.ifindex[name] = b.ifindex
 	b.ifindex++
 	w.file(d+"/address", address)
 	w.file(d+"/type", typ)

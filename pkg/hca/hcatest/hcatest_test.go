@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmanl"
 )
 
 func buildPreset(t testing.TB, name string) *Node {
@@ -76,6 +78,8 @@ func TestPresets(t *testing.T) {
 		{"dgx-h100", []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9"}, "Y", "10:58", checkDGX},
 		{"roce-sriov", []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5"}, "N", "10:59", checkSRIOV},
 		{"softroce", []string{"rxe0"}, "Y", "10:122", checkSoftRoCE},
+		{"rxe", []string{"rxe0"}, "Y", "10:122", checkRXE},
+		{"siw", []string{"siw0"}, "Y", "10:122", checkSIW},
 		{"empty", nil, "Y", "", checkEmpty},
 		{"broken", []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5"}, "Y", "10:58", checkBroken},
 	}
@@ -136,7 +140,11 @@ func checkHCA(t *testing.T, n *Node, h *HCASpec) {
 	wantContent(t, filepath.Join(class, "node_type"), h.NodeType)
 	wantContent(t, filepath.Join(class, "node_guid"), h.NodeGUID)
 	wantContent(t, filepath.Join(class, "sys_image_guid"), h.SysImageGUID)
-	wantContent(t, filepath.Join(class, "node_desc"), n.Spec.Hostname+" "+h.Name)
+	if h.NodeDesc != "" {
+		wantContent(t, filepath.Join(class, "node_desc"), h.NodeDesc)
+	} else {
+		wantContent(t, filepath.Join(class, "node_desc"), n.Spec.Hostname+" "+h.Name)
+	}
 
 	pciDir := n.PCIDir(h.Name)
 	if h.PCI == nil {
@@ -202,7 +210,7 @@ func checkHCA(t *testing.T, n *Node, h *HCASpec) {
 			}
 			wantContent(t, gidPath, g.GID)
 			wantContent(t, types, g.Type)
-			if port.LinkLayer == "InfiniBand" {
+			if port.LinkLayer == "InfiniBand" || g.Netdev == "" {
 				wantFault(t, n, ndevs)
 			} else {
 				wantContent(t, ndevs, g.Netdev)
@@ -366,18 +374,70 @@ func checkSRIOV(t *testing.T, n *Node) {
 }
 
 func checkSoftRoCE(t *testing.T, n *Node) {
+	checkRXELayout(t, n, "192.168.122.10")
+	wantContent(t, filepath.Join(n.IBDevDir("rxe0"), "node_desc"), "vm01 rxe0")
+	sameFile(t, filepath.Join(n.SysfsRoot, "class/infiniband_mad/umad0"), filepath.Join(n.SysfsRoot, "devices/virtual/infiniband_mad/umad0"))
+}
+
+func checkRXE(t *testing.T, n *Node) {
+	checkRXELayout(t, n, "10.0.2.15")
+	wantContent(t, filepath.Join(n.IBDevDir("rxe0"), "node_desc"), "rxe")
+	if entries, _ := os.ReadDir(filepath.Join(n.SysfsRoot, "class/infiniband_mad")); len(entries) != 1 {
+		t.Errorf("class/infiniband_mad has %d entries, want abi_version only (no ib_umad)", len(entries))
+	}
+}
+
+// checkRXELayout holds what Linux 6.1 showed for rxe0 on virtio-net.
+func checkRXELayout(t *testing.T, n *Node, ip string) {
 	rxe := n.IBDevDir("rxe0")
-	for _, f := range []string{"hca_type", "board_id"} {
-		if _, err := os.Stat(filepath.Join(rxe, f)); !errors.Is(err, fs.ErrNotExist) {
+	for _, f := range []string{"hca_type", "board_id", "hw_rev", "device"} {
+		if _, err := os.Lstat(filepath.Join(rxe, f)); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("rxe0 has %s", f)
 		}
 	}
 	wantContent(t, filepath.Join(rxe, "fw_ver"), "")
-	wantContent(t, filepath.Join(rxe, "ports/1/gid_attrs/ndevs/0"), "eth0")
+	wantContent(t, filepath.Join(rxe, "parent"), "eth0")
+	wantContent(t, filepath.Join(rxe, "node_guid"), "5054:00ff:fe12:3456")
+	wantContent(t, filepath.Join(rxe, "ports/1/rate"), "2.5 Gb/sec (1X SDR)")
+	if gids, _ := os.ReadDir(filepath.Join(rxe, "ports/1/gids")); len(gids) != 1024 {
+		t.Errorf("%d GID slots, want 1024", len(gids))
+	}
 	wantContent(t, filepath.Join(rxe, "ports/1/gids/0"), "fe80:0000:0000:0000:5054:00ff:fe12:3456")
+	a := strings.Split(ip, ".")
+	var b [4]int
+	for i := range a {
+		fmt.Sscan(a[i], &b[i])
+	}
+	wantContent(t, filepath.Join(rxe, "ports/1/gids/1"), fmt.Sprintf("0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", b[0], b[1], b[2], b[3]))
+	for _, k := range []string{"0", "1"} {
+		wantContent(t, filepath.Join(rxe, "ports/1/gid_attrs/types", k), "RoCE v2")
+		wantContent(t, filepath.Join(rxe, "ports/1/gid_attrs/ndevs", k), "eth0")
+	}
+	for _, k := range []string{"2", "1023"} {
+		wantFault(t, n, filepath.Join(rxe, "ports/1/gid_attrs/types", k))
+		wantFault(t, n, filepath.Join(rxe, "ports/1/gid_attrs/ndevs", k))
+	}
 	wantContent(t, filepath.Join(n.SysfsRoot, "class/net/eth0/address"), "52:54:00:12:34:56")
+	sameFile(t, filepath.Join(n.SysfsRoot, "class/infiniband/rxe0"), filepath.Join(n.SysfsRoot, "devices/virtual/infiniband/rxe0"))
 	sameFile(t, filepath.Join(n.SysfsRoot, "class/infiniband_verbs/uverbs0"), filepath.Join(n.SysfsRoot, "devices/virtual/infiniband_verbs/uverbs0"))
-	sameFile(t, filepath.Join(n.SysfsRoot, "class/infiniband_mad/umad0"), filepath.Join(n.SysfsRoot, "devices/virtual/infiniband_mad/umad0"))
+}
+
+func checkSIW(t *testing.T, n *Node) {
+	siw := n.IBDevDir("siw0")
+	for _, f := range []string{"hca_type", "board_id", "hw_rev", "device", "parent"} {
+		if _, err := os.Lstat(filepath.Join(siw, f)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("siw0 has %s", f)
+		}
+	}
+	wantContent(t, filepath.Join(siw, "node_type"), "4: RNIC")
+	wantContent(t, filepath.Join(siw, "fw_ver"), "")
+	wantContent(t, filepath.Join(siw, "ports/1/gids/0"), "5254:0012:3456:0000:0000:0000:0000:0000")
+	wantContent(t, filepath.Join(siw, "ports/1/gid_attrs/types/0"), "IB/RoCE v1")
+	wantFault(t, n, filepath.Join(siw, "ports/1/gid_attrs/ndevs/0"))
+	if gids, _ := os.ReadDir(filepath.Join(siw, "ports/1/gids")); len(gids) != 1 {
+		t.Errorf("%d GID slots, want 1", len(gids))
+	}
+	wantContent(t, filepath.Join(n.SysfsRoot, "class/net/eth0/address"), "52:54:00:12:34:56")
 }
 
 func checkEmpty(t *testing.T, n *Node) {
@@ -651,7 +711,8 @@ func TestRenameNetdev(t *testing.T) {
 			t.Fatal(err)
 		}
 		sameFile(t, filepath.Join(n.SysfsRoot, "class/net/enp1s0"), filepath.Join(n.SysfsRoot, "devices/virtual/net/enp1s0"))
-		wantContent(t, filepath.Join(n.SysfsRoot, "class/infiniband/rxe0/ports/1/gid_attrs/ndevs/3"), "enp1s0")
+		wantContent(t, filepath.Join(n.SysfsRoot, "class/infiniband/rxe0/ports/1/gid_attrs/ndevs/1"), "enp1s0")
+		wantContent(t, filepath.Join(n.SysfsRoot, "class/infiniband/rxe0/parent"), "enp1s0")
 		checkTree(t, n)
 	})
 	t.Run("errors", func(t *testing.T) {
@@ -830,4 +891,63 @@ func BenchmarkBuild(b *testing.B) {
 			}
 		})
 	}
+}
+
+func TestNetlink(t *testing.T) {
+	t.Parallel()
+	n := buildPreset(t, "roce-sriov")
+	if err := n.SetPortState("mlx5_2", 1, "1: DOWN", "3: Disabled"); err != nil {
+		t.Fatal(err)
+	}
+	if mode, err := n.Netlink().NetnsMode(); err != nil || mode != rdmanl.NetnsExclusive {
+		t.Errorf("netns mode %v, %v; want exclusive", mode, err)
+	}
+	links, err := n.Netlink().Links()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(links) != 6 {
+		t.Fatalf("%d links, want 6", len(links))
+	}
+	for i, l := range links {
+		h := n.Spec.HCAs[i]
+		if l.DevIndex != uint32(i) || l.DevName != h.Name || l.Index != 1 || l.Netdev != h.Netdevs[0] {
+			t.Errorf("link %d = %+v", i, l)
+		}
+		// The ifindex is the one sysfs shows.
+		wantContent(t, filepath.Join(n.SysfsRoot, "class/net", l.Netdev, "ifindex"), fmt.Sprint(l.NetdevIndex))
+	}
+	if l := links[2]; l.State != 1 || l.PhysState != 3 {
+		t.Errorf("mlx5_2 after SetPortState: state %d/%d, want 1/3", l.State, l.PhysState)
+	}
+	if l := links[0]; l.State != 4 || l.PhysState != 5 {
+		t.Errorf("mlx5_0: state %d/%d, want 4/5", l.State, l.PhysState)
+	}
+
+	// From a pod's namespace in exclusive mode: nothing.
+	spec, _ := Preset("roce-sriov")
+	spec.ForeignNetns = true
+	foreign, err := Build(t.TempDir(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if links, err := foreign.Netlink().Links(); err != nil || len(links) != 0 {
+		t.Errorf("foreign namespace: %d links, %v; want none", len(links), err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(foreign.SysfsRoot, "class/infiniband")); len(entries) != 0 {
+		t.Errorf("foreign namespace: class/infiniband lists %d devices, want none", len(entries))
+	}
+	if _, err := os.Stat(filepath.Join(foreign.PCIDir("mlx5_0"), "infiniband")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("foreign namespace: the ibdev glue dir is visible (%v)", err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(foreign.SysfsRoot, "class/infiniband_verbs")); len(entries) != 7 {
+		t.Errorf("foreign namespace: class/infiniband_verbs has %d entries, want 6 devices and abi_version", len(entries))
+	}
+	if err := foreign.SetPortState("mlx5_0", 1, "1: DOWN", "3: Disabled"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(foreign.IBDevDir("mlx5_0")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("SetPortState made the hidden ibdev dir")
+	}
+	checkTree(t, foreign)
 }

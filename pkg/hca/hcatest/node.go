@@ -48,6 +48,9 @@ func (n *Node) fault(path string) (syscall.Errno, bool) {
 	return errno, ok
 }
 
+// ibdevsHidden is true when sysfs shows no ibdev (Spec.ForeignNetns).
+func (n *Node) ibdevsHidden() bool { return n.Spec.ForeignNetns && !n.Spec.NetnsShared }
+
 // dropFaults forgets the faults at or under path, once it is gone or
 // rewritten.
 func (n *Node) dropFaults(path string) {
@@ -97,12 +100,14 @@ func (n *Node) SetPortState(ibdev string, port int, state, physState string) err
 	if port < 1 || port > len(h.Ports) {
 		return fmt.Errorf("hcatest: HCA %s has no port %d", ibdev, port)
 	}
-	w := newWriter(n.SysfsRoot)
-	d := fmt.Sprintf("%s/ports/%d", placeOf(h).ibdev(), port)
-	w.file(d+"/state", state)
-	w.file(d+"/phys_state", physState)
-	if w.err != nil {
-		return fmt.Errorf("hcatest: %w", w.err)
+	if !n.ibdevsHidden() {
+		w := newWriter(n.SysfsRoot)
+		d := fmt.Sprintf("%s/ports/%d", placeOf(h).ibdev(), port)
+		w.file(d+"/state", state)
+		w.file(d+"/phys_state", physState)
+		if w.err != nil {
+			return fmt.Errorf("hcatest: %w", w.err)
+		}
 	}
 	h.Ports[port-1].State, h.Ports[port-1].PhysState = state, physState
 	return nil
@@ -184,12 +189,22 @@ func (n *Node) RenameNetdev(old, new string) error {
 	}
 	w := newWriter(n.SysfsRoot)
 	w.link("class/net/"+new, newDir)
+	if idx, ok := n.ifindex[old]; ok {
+		delete(n.ifindex, old)
+		n.ifindex[new] = idx
+	}
 	for i := range n.Spec.HCAs {
 		h := &n.Spec.HCAs[i]
 		for k, nd := range h.Netdevs {
 			if nd == old {
 				h.Netdevs[k] = new
 			}
+		}
+		if n.ibdevsHidden() {
+			continue
+		}
+		if len(h.Netdevs) > 0 && h.Netdevs[0] == new && h.PCI == nil && h.NodeType == "1: CA" {
+			w.file(placeOf(h).ibdev()+"/parent", new) // rxe prints its netdev's current name
 		}
 		for pi := range h.Ports {
 			p := &h.Ports[pi]

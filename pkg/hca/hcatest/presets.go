@@ -11,6 +11,8 @@ var presets = map[string]func() Spec{
 	"dgx-h100":   dgxH100,
 	"roce-sriov": roceSRIOV,
 	"softroce":   softRoCE,
+	"rxe":        rxe,
+	"siw":        siw,
 	"empty":      empty,
 	"broken":     broken,
 }
@@ -231,25 +233,83 @@ func roceSRIOV() Spec {
 	return s
 }
 
-// softRoCE is a VM "vm01" with Soft-RoCE rxe0 on the virtual netdev eth0
-// (MAC 52:54:00:12:34:56, 192.168.122.10): devices/virtual/infiniband/rxe0,
-// node GUID 5054:00ff:fe12:3456 (EUI-64 of the MAC, as rxe makes it), empty
-// fw_ver and no hca_type/board_id (rxe has neither), rate "2.5 Gb/sec (1X
-// SDR)" (rxe reports 1X SDR when the parent's speed is unknown, as for
-// virtio), GIDs 0/1 link-local v1/v2 and 2/3 IPv4 v1/v2 on eth0; uverbs0,
-// umad0/issm0 under devices/virtual. rdma_cm is 10:122, netns shared.
+// Soft-RoCE and soft-iWARP as Linux 6.1 (Debian bookworm) lays them out on
+// a virtio-net VM: devices/virtual/infiniband/<ibdev> (no device link),
+// fw_ver empty, no hca_type, board_id or hw_rev, rate "2.5 Gb/sec (1X SDR)"
+// (the netdev's speed is unknown), node and system image GUID the EUI-64 of
+// the MAC.
+const (
+	rxeGIDTableLen = 1024 // RXE_PORT_GID_TBL_LEN
+	vmRate         = "2.5 Gb/sec (1X SDR)"
+)
+
+var vmMAC = [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56} // QEMU's default
+
+// eui64GUID is the GUID addrconf_addr_eui48 makes of a MAC (rxe, siw).
+func eui64GUID(mac [6]byte) string {
+	return fmt.Sprintf("%02x%02x:%02xff:fe%02x:%02x%02x", mac[0]^0x02, mac[1], mac[2], mac[3], mac[4], mac[5])
+}
+
+// rxeHCA is rxe0 on netdev: a parent file naming it, 1024 GID slots of which
+// rxe (RoCE v2 only) fills 0 with the link-local GID and 1 with the IPv4
+// address; the other slots read as zeros and their gid_attrs fail (EINVAL).
+func rxeHCA(netdev string, mac [6]byte, ip []byte, umad int) HCASpec {
+	ll := eui64GID(mac)
+	gids := []GIDSpec{{0, ll, gidV2, netdev}}
+	if ip != nil {
+		gids = append(gids, GIDSpec{1, ipv4GID(ip[0], ip[1], ip[2], ip[3]), gidV2, netdev})
+	}
+	return HCASpec{
+		Name: "rxe0", NodeType: "1: CA",
+		NodeGUID: eui64GUID(mac), SysImageGUID: eui64GUID(mac),
+		Ports: []PortSpec{{
+			State: "4: ACTIVE", PhysState: "5: LinkUp", LinkLayer: eth, Rate: vmRate,
+			GIDs: gids, GIDTableLen: rxeGIDTableLen, UMAD: umad,
+		}},
+		Uverbs:  0,
+		Netdevs: []string{netdev},
+	}
+}
+
+// softRoCE is a VM "vm01" with rdma-core installed and Soft-RoCE rxe0 on the
+// virtio netdev eth0 (MAC 52:54:00:12:34:56, 192.168.122.10), laid out as
+// rxe is: node_desc "vm01 rxe0" (rdma-ndd), GIDs 0 link-local and 1 IPv4,
+// both RoCE v2, in a 1024-slot table; uverbs0, umad0/issm0 (rdma-core loads
+// ib_umad) under devices/virtual. rdma_cm is 10:122, netns shared.
 func softRoCE() Spec {
-	mac := [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56}
-	guid := "5054:00ff:fe12:3456"
 	return Spec{
 		Hostname: "vm01", NetnsShared: true, RDMACMMinor: 122,
+		HCAs: []HCASpec{rxeHCA("eth0", vmMAC, []byte{192, 168, 122, 10}, 0)},
+	}
+}
+
+// rxe is the test/vm guest: Debian's 6.1 kernel booted from a minimal
+// initramfs (no rdma-core services, no ib_umad) after "rdma link add rxe0
+// type rxe netdev eth0" on QEMU's user network (10.0.2.15). As softroce,
+// but node_desc is the driver's own "rxe" and there are no MAD devices.
+// rdma_cm is 10:122, netns shared.
+func rxe() Spec {
+	h := rxeHCA("eth0", vmMAC, []byte{10, 0, 2, 15}, -1)
+	h.NodeDesc = "rxe"
+	return Spec{Hostname: "vm", NetnsShared: true, RDMACMMinor: 122, HCAs: []HCASpec{h}}
+}
+
+// siw is the test/vm guest with soft-iWARP instead ("rdma link add siw0 type
+// siw netdev eth0"): node_type "4: RNIC", node_desc "Software iWARP stack",
+// one GID slot holding the MAC ("IB/RoCE v1", its ndevs entry fails with
+// EINVAL), no parent file: its netdev eth0 shows only in RDMA netlink.
+// uverbs0, no MAD devices (iWARP has none), rdma_cm 10:122, netns shared.
+func siw() Spec {
+	m := vmMAC
+	gid := fmt.Sprintf("%02x%02x:%02x%02x:%02x%02x:0000:0000:0000:0000:0000", m[0], m[1], m[2], m[3], m[4], m[5])
+	return Spec{
+		Hostname: "vm", NetnsShared: true, RDMACMMinor: 122,
 		HCAs: []HCASpec{{
-			Name: "rxe0", NodeType: "1: CA",
-			NodeGUID: guid, SysImageGUID: guid,
+			Name: "siw0", NodeType: "4: RNIC", NodeDesc: "Software iWARP stack",
+			NodeGUID: eui64GUID(m), SysImageGUID: eui64GUID(m),
 			Ports: []PortSpec{{
-				State: "4: ACTIVE", PhysState: "5: LinkUp", LinkLayer: eth,
-				Rate: "2.5 Gb/sec (1X SDR)",
-				GIDs: roceGIDs(mac, []byte{192, 168, 122, 10}, "eth0"), UMAD: 0,
+				State: "4: ACTIVE", PhysState: "5: LinkUp", LinkLayer: eth, Rate: vmRate,
+				GIDs: []GIDSpec{{Index: 0, GID: gid, Type: gidV1}}, GIDTableLen: 1, UMAD: -1,
 			}},
 			Uverbs:  0,
 			Netdevs: []string{"eth0"},
