@@ -1,0 +1,136 @@
+package vm
+
+// TestVM boots Debian's kernel once with Soft-RoCE (and soft-iWARP when it
+// builds) and runs the guest scenarios (./guest, built with go test -c) in
+// it; each guest test shows up here as a subtest with its output.
+//
+// Environment: RDMA_DRA_VM=0 skips; RDMA_DRA_VM_RUN is the guest's -run;
+// RDMA_DRA_VM_ACCEL=tcg|kvm|auto (auto: KVM only if a probe boot works);
+// RDMA_DRA_VM_SIW=0 leaves siw out; RDMA_DRA_VM_SHELL runs a shell command
+// in the guest instead of the tests (for looking around).
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// bootTimeout bounds one VM run: boot (~15 s), the scenarios, power-off.
+const bootTimeout = 9 * time.Minute
+
+func TestVM(t *testing.T) {
+	if os.Getenv("RDMA_DRA_VM") == "0" {
+		t.Skip("RDMA_DRA_VM=0")
+	}
+	if ok, why := Available(); !ok {
+		t.Skip("no VM: " + why)
+	}
+	ctx := context.Background()
+	cacheDir, err := DefaultCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := &Cache{Dir: cacheDir, Log: t.Logf}
+	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+
+	start := time.Now()
+	prog, args := "/guest/guest.test", []string{"-test.v", "-test.count=1", "-test.timeout=8m"}
+	if r := os.Getenv("RDMA_DRA_VM_RUN"); r != "" {
+		args = append(args, "-test.run="+r)
+	}
+	var files []GuestFile
+	shell := os.Getenv("RDMA_DRA_VM_SHELL")
+	if shell != "" {
+		prog, args = "/bin/sh", []string{"-c", shell}
+	} else {
+		bin := filepath.Join(dir, "guest.test")
+		cmd := exec.Command("go", "test", "-c", "-o", bin, "./guest")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building the guest tests (go test -c ./guest): %v\n%s", err, out)
+		}
+		files = append(files, GuestFile{Path: prog, Src: bin})
+	}
+	built := time.Now()
+	withSiw := os.Getenv("RDMA_DRA_VM_SIW") != "0"
+	im, err := cache.Build(ctx, dir, files, prog, args, []string{"RDMA_DRA_VM_GUEST=1"}, withSiw)
+	if err != nil {
+		t.Fatalf("building the VM image: %v", err)
+	}
+	if !im.Siw {
+		t.Logf("siw: %s", im.SiwSkipped)
+	}
+	imaged := time.Now()
+
+	accel := os.Getenv("RDMA_DRA_VM_ACCEL")
+	switch accel {
+	case "", "auto":
+		accel = "tcg"
+		if ok, why := ProbeKVM(ctx, cacheDir, im.Kernel); ok {
+			accel = "kvm"
+		} else {
+			t.Logf("KVM not used: %s", firstLine(why))
+		}
+	case "kvm", "tcg":
+	default:
+		t.Fatalf("RDMA_DRA_VM_ACCEL=%q: want tcg, kvm or auto", accel)
+	}
+	t.Logf("kernel %s (%s), %s; guest build %v, image %v", im.Release, im.KernelVer, accel,
+		built.Sub(start).Round(time.Millisecond), imaged.Sub(built).Round(time.Millisecond))
+
+	boot := &Boot{Image: im, Dir: dir, Accel: accel, Timeout: bootTimeout,
+		Console: func(l string) { t.Logf("console| %s", l) },
+		Output: func(l string) {
+			if shell != "" || strings.HasPrefix(l, "=== RUN") || endLine.MatchString(l) {
+				t.Logf("guest| %s", l)
+			}
+		},
+	}
+	res, err := boot.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("VM ran %v (total with builds %v), guest exit code %d", res.Elapsed.Round(time.Millisecond),
+		time.Since(start).Round(time.Millisecond), res.ExitCode)
+	if shell != "" {
+		if res.ExitCode != 0 {
+			t.Errorf("guest shell exited %d", res.ExitCode)
+		}
+		return
+	}
+	tests, rest := ParseTestOutput(res.Output)
+	failed := false
+	for _, g := range tests {
+		t.Run(g.Name, func(t *testing.T) {
+			t.Log("guest output:\n" + strings.Join(g.Output, "\n"))
+			switch g.Status {
+			case "FAIL":
+				failed = true
+				t.Fail()
+			case "SKIP":
+				t.Skip("skipped in the guest")
+			case "":
+				failed = true
+				t.Errorf("%s never finished in the guest; guest output after it:\n%s", g.Name, strings.Join(rest, "\n"))
+			}
+		})
+	}
+	if len(tests) == 0 {
+		t.Errorf("the guest ran no tests:\n%s", strings.Join(res.Output, "\n"))
+	}
+	if res.ExitCode != 0 && !failed {
+		t.Errorf("guest test binary exited %d:\n%s", res.ExitCode, strings.Join(rest, "\n"))
+	}
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return l
+}
