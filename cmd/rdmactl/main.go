@@ -3,6 +3,7 @@
 //
 //	rdmactl simulate --preset dgx-h100 --root /tmp/node
 //	rdmactl discover --sysfs-root /tmp/node/sys --dev-root /tmp/node/dev -o table|json|yaml
+//	rdmactl discover --netlink=off   # sysfs only, even on this host's /sys
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmanl"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/slices"
 )
 
@@ -92,10 +94,22 @@ func discover(args []string, stdout, stderr io.Writer) error {
 	output := fs.String("o", "table", "output: table, json or yaml")
 	nodeName := fs.String("node-name", "", "node name for the ResourceSlice (default: this host's name)")
 	driverName := fs.String("driver-name", "rdma.dra.dev", "DRA driver name (attribute domain)")
+	netlink := fs.String("netlink", "auto", "ask the kernel's RDMA netlink for the netns mode and port netdevs: "+
+		"auto (when --sysfs-root is /sys), on or off")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	inv, err := hca.Discover(hca.WithSysfsRoot(*sysfsRoot), hca.WithDevRoot(*devRoot))
+	var nl hca.Netlink
+	switch *netlink {
+	case "auto":
+		nl = hca.HostNetlink(*sysfsRoot)
+	case "on":
+		nl = rdmanl.Client{}
+	case "off":
+	default:
+		return fmt.Errorf("unknown --netlink %q: want auto, on or off", *netlink)
+	}
+	inv, err := hca.Discover(hca.WithSysfsRoot(*sysfsRoot), hca.WithDevRoot(*devRoot), hca.WithNetlink(nl))
 	if err != nil {
 		return err
 	}
@@ -165,7 +179,19 @@ func printTable(w io.Writer, inv hca.Inventory) error {
 	for _, u := range unusable {
 		fmt.Fprintln(w, u)
 	}
+	fmt.Fprintln(w, netnsLine(inv))
 	return nil
+}
+
+// netnsLine says the RDMA netns mode and where it was read.
+func netnsLine(inv hca.Inventory) string {
+	switch inv.NetnsModeSource {
+	case hca.SourceNetlink:
+		return fmt.Sprintf("RDMA netns mode: %s (RDMA netlink)", inv.NetnsMode)
+	case hca.SourceSysfs:
+		return fmt.Sprintf("RDMA netns mode: %s (module/ib_core/parameters/netns_mode)", inv.NetnsMode)
+	}
+	return "RDMA netns mode: unknown (no RDMA netlink answer, no ib_core module parameter)"
 }
 
 func orDash(s string) string {

@@ -30,8 +30,11 @@ func TestSimulateThenDiscover(t *testing.T) {
 		t.Fatalf("discover: %v, stderr %q", err, warnings)
 	}
 	lines := strings.Split(strings.TrimSpace(table), "\n")
-	if len(lines) != 11 {
-		t.Fatalf("table has %d lines, want header + 10 HCAs:\n%s", len(lines), table)
+	if len(lines) != 12 {
+		t.Fatalf("table has %d lines, want header + 10 HCAs + netns mode:\n%s", len(lines), table)
+	}
+	if want := "RDMA netns mode: shared (module/ib_core/parameters/netns_mode)"; lines[11] != want {
+		t.Errorf("last line = %q, want %q", lines[11], want)
 	}
 	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "NAME IBDEV MODEL LINK RATE STATE NUMA PCIE-ROOT NETDEV UVERBS" {
 		t.Errorf("header = %q", lines[0])
@@ -95,9 +98,54 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"simulate"}, "--root is required"},
 		{[]string{"simulate", "--preset", "nope", "--root", t.TempDir()}, "nope"},
 		{[]string{"discover", "--sysfs-root", t.TempDir(), "-o", "xml"}, `unknown output "xml"`},
+		{[]string{"discover", "--sysfs-root", t.TempDir(), "--netlink", "maybe"}, `unknown --netlink "maybe"`},
 	} {
 		if _, _, err := rdmactl(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("rdmactl %v: err %v, want %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestDiscoverSoftRoCE: the test/vm guest's layouts; a simulated tree is
+// never mixed with this host's RDMA netlink unless asked (--netlink=on).
+func TestDiscoverSoftRoCE(t *testing.T) {
+	for _, tc := range []struct {
+		preset, row string
+	}{
+		{"rxe", "rxe0 rxe0 Soft-RoCE Ethernet 2.5 Gb/s ACTIVE - - eth0 uverbs0"},
+		{"siw", "siw0 siw0 soft-iWARP Ethernet 2.5 Gb/s ACTIVE - - - uverbs0"}, // its netdev is in RDMA netlink only
+	} {
+		t.Run(tc.preset, func(t *testing.T) {
+			root := filepath.Join(t.TempDir(), "node")
+			if _, _, err := rdmactl(t, "simulate", "--preset", tc.preset, "--root", root); err != nil {
+				t.Fatal(err)
+			}
+			table, warnings, err := rdmactl(t, "discover", "--sysfs-root", root+"/sys", "--dev-root", root+"/dev")
+			if err != nil || warnings != "" {
+				t.Fatalf("discover: %v, stderr %q", err, warnings)
+			}
+			lines := strings.Split(strings.TrimSpace(table), "\n")
+			if len(lines) != 3 || strings.Join(strings.Fields(lines[1]), " ") != tc.row {
+				t.Errorf("table:\n%s\nwant row %q", table, tc.row)
+			}
+
+			// Asked to use this host's netlink: its answer, or its refusal as a warning.
+			table, warnings, err = rdmactl(t, "discover", "--sysfs-root", root+"/sys", "--dev-root", root+"/dev", "--netlink=on")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(warnings, "protocol not supported") {
+				for _, w := range []string{
+					"warning: rdma netlink: socket: protocol not supported; netns mode from sysfs",
+					"warning: rdma netlink: socket: protocol not supported; netdevs from sysfs only",
+				} {
+					if !strings.Contains(warnings, w) {
+						t.Errorf("stderr lacks %q:\n%s", w, warnings)
+					}
+				}
+			} else if !strings.Contains(table, "RDMA netns mode:") || !strings.Contains(table, "(RDMA netlink)") {
+				t.Errorf("this host's RDMA netlink answered, but the table does not say so:\n%s\n%s", table, warnings)
+			}
+		})
 	}
 }
