@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -25,6 +26,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/component-base/metrics"
+	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -60,6 +62,7 @@ type options struct {
 	legacyShares        int
 	taintUnhealthy      bool
 	portPollInterval    time.Duration
+	deviceMetadata      bool
 	kernelEvents        bool
 	logging             *logsapi.LoggingConfiguration
 }
@@ -88,6 +91,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.legacyShares, "legacy-shares", legacy.DefaultShares, "how many rdma/hca pods a node takes")
 	fs.BoolVar(&o.taintUnhealthy, "taint-unhealthy", true, "taint HCAs whose port is not ACTIVE with rdma.dra.dev/port-down:NoSchedule")
 	fs.DurationVar(&o.portPollInterval, "port-poll-interval", 250*time.Millisecond, "how often port state files are checked between rescans; 0 disables")
+	fs.BoolVar(&o.deviceMetadata, "device-metadata", true, "write each prepared device's metadata file (KEP-5304), bind-mounted into containers under /var/run/kubernetes.io/dra-device-attributes")
 	fs.BoolVar(&o.kernelEvents, "kernel-events", true, "rescan on netlink link messages and uevents (HCAs added or removed; netdev renames when on the host network)")
 }
 
@@ -259,6 +263,7 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 		RescanInterval:      o.rescanInterval,
 		TaintUnhealthy:      o.taintUnhealthy,
 		PortPollInterval:    o.portPollInterval,
+		DeviceMetadata:      o.deviceMetadata,
 	}
 	if o.sharing == "shared" {
 		dcfg.Shares = o.sharesPerHCA
@@ -314,6 +319,13 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 		helperOpts = append(helperOpts, kubeletplugin.RollingUpdate(types.UID(o.podUID)))
 	}
 	helperOpts = append(helperOpts, kubeletplugin.PluginSocket(draSocketName(o.podUID)))
+	if o.deviceMetadata {
+		// v1beta1 is the newest version in Kubernetes 1.37; a consumer reads
+		// the first version it knows from the file's stream.
+		helperOpts = append(helperOpts,
+			kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
+			kubeletplugin.CDIDirectory(o.cdiRoot))
+	}
 	helper, err := kubeletplugin.Start(ctx, d, helperOpts...)
 	if err != nil {
 		return fmt.Errorf("starting the kubelet plugin: %w", err)

@@ -77,6 +77,10 @@ type Config struct {
 	// PortPollInterval is how often the port state files are checked
 	// between rescans; zero disables the watcher.
 	PortPollInterval time.Duration
+	// DeviceMetadata attaches each prepared device's metadata (see
+	// slices.Metadata) to the prepare result. It reaches containers only
+	// when the helper was started with kubeletplugin.EnableDeviceMetadata.
+	DeviceMetadata bool
 	// PreserveSpecs are claim UIDs of CDI specs in the same directory that
 	// are not claims (the device-plugin shim's node-wide spec): start-up
 	// cleanup leaves them alone.

@@ -1,7 +1,9 @@
 package driver_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,8 +20,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -57,6 +61,7 @@ type env struct {
 	portPoll    time.Duration
 	shares      int64 // shared mode when > 0
 	legacy      int64 // legacy device when > 0
+	metadata    bool  // device metadata files (KEP-5304)
 
 	drv    *driver.Driver
 	helper *kubeletplugin.Helper
@@ -112,6 +117,7 @@ func (e *env) start() {
 		DriverName: driverName, NodeName: nodeName, HostDevRoot: e.node.DevRoot,
 		AllowNonHostNetwork: e.allowNonHN, RescanInterval: time.Hour,
 		Shares: e.shares, LegacyShares: e.legacy, TaintUnhealthy: true, PortPollInterval: e.portPoll,
+		DeviceMetadata: e.metadata,
 	}, driver.Deps{
 		Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(e.node.SysfsRoot), hca.WithDevRoot(e.node.DevRoot), hca.WithReadFile(e.node.ReadFile)),
 		Pods:       podGetter{e.client},
@@ -122,9 +128,15 @@ func (e *env) start() {
 	if err != nil {
 		e.t.Fatalf("starting the driver: %v", err)
 	}
-	helper, err := kubeletplugin.Start(ctx, drv,
+	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(driverName), kubeletplugin.NodeName(nodeName), kubeletplugin.KubeClient(e.client),
-		kubeletplugin.PluginDataDirectoryPath(e.pluginDir), kubeletplugin.RegistrarDirectoryPath(e.registryDir))
+		kubeletplugin.PluginDataDirectoryPath(e.pluginDir), kubeletplugin.RegistrarDirectoryPath(e.registryDir),
+	}
+	if e.metadata {
+		opts = append(opts, kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
+			kubeletplugin.CDIDirectory(e.cdiDir))
+	}
+	helper, err := kubeletplugin.Start(ctx, drv, opts...)
 	if err != nil {
 		e.t.Fatalf("starting the helper: %v", err)
 	}
@@ -894,4 +906,78 @@ func TestGIDHintsFollowThePodNetwork(t *testing.T) {
 			t.Errorf("refused claim left CDI specs %v", uids)
 		}
 	})
+}
+
+// A container reads what it got from the device metadata file the helper
+// bind-mounts: the HCA's attributes, its device node and its GID table.
+func TestDeviceMetadataInContainer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.metadata = true
+	e.start()
+	c := e.claim("meta", hostNetworkPod("p", true), one("mlx5-8"))
+	ids := e.mustPrepare(c)
+	if len(ids) != 2 {
+		t.Fatalf("CDI IDs %v, want the HCA's and the metadata's", ids)
+	}
+	s := e.container(ids...)
+	want := "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/meta/hca/rdma.dra.dev-metadata.json"
+	var source string
+	for _, m := range s.Mounts {
+		if m.Destination == want {
+			source = m.Source
+		}
+	}
+	if source == "" {
+		t.Fatalf("no mount at %s in %+v", want, s.Mounts)
+	}
+	raw, err := os.ReadFile(source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md metadatav1beta1.DeviceMetadata
+	if err := json.NewDecoder(bytes.NewReader(raw)).Decode(&md); err != nil {
+		t.Fatalf("decoding %s: %v\n%s", source, err, raw)
+	}
+	if len(md.Requests) != 1 || len(md.Requests[0].Devices) != 1 {
+		t.Fatalf("metadata %s: want one request with one device", raw)
+	}
+	attrs := md.Requests[0].Devices[0].Attributes
+	str := func(k string) string {
+		if a, ok := attrs[resourceapi.QualifiedName("rdma.dra.dev/"+k)]; ok && a.StringValue != nil {
+			return *a.StringValue
+		}
+		return ""
+	}
+	for k, want := range map[string]string{
+		"ibdev":           "mlx5_8",
+		"uverbs":          "/dev/infiniband/uverbs8",
+		"netdev":          "ens1f0np0",
+		"port1State":      "ACTIVE",
+		"port1LinkLayer":  "Ethernet",
+		"port1Gid3":       "0000:0000:0000:0000:0000:ffff:0a00:0001",
+		"port1Gid3Type":   "RoCE v2",
+		"port1Gid3Netdev": "ens1f0np0",
+	} {
+		if got := str(k); got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
+	}
+	if a := attrs["rdma.dra.dev/port1RoceGidIndex"]; a.IntValue == nil || *a.IntValue != 3 {
+		t.Errorf("port1RoceGidIndex = %+v, want 3", a)
+	}
+	if a := attrs["resource.kubernetes.io/pcieRoot"]; a.StringValue == nil || *a.StringValue == "" {
+		t.Errorf("pcieRoot missing from %s", raw)
+	}
+
+	if r := e.unprepare(ref(c))[string(c.UID)]; r.Error != "" {
+		t.Fatal(r.Error)
+	}
+	if _, err := os.Stat(source); !os.IsNotExist(err) {
+		t.Errorf("metadata file %s still there after unprepare (%v)", source, err)
+	}
+	left, _ := filepath.Glob(filepath.Join(e.cdiDir, "*"))
+	if len(left) != 0 {
+		t.Errorf("CDI dir after unprepare: %v", left)
+	}
 }

@@ -81,7 +81,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			results[types.UID(c.UID)] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: recording it in the checkpoint: %w", c.Namespace, c.Name, err)}
 			continue
 		}
-		results[types.UID(c.UID)] = kubeletplugin.PrepareResult{Devices: resultDevices(c)}
+		results[types.UID(c.UID)] = kubeletplugin.PrepareResult{Devices: d.resultDevicesLocked(c)}
 	}
 	d.metrics.observe(d.metrics.prepareTotal, d.metrics.prepareDuration, results, start)
 	return results, nil
@@ -359,8 +359,9 @@ func sharesPod(a, b checkpoint.Claim) bool {
 	return false
 }
 
-// resultDevices is what the kubelet hands to the runtime for a claim.
-func resultDevices(c checkpoint.Claim) []kubeletplugin.Device {
+// resultDevicesLocked is what the kubelet hands to the runtime for a
+// claim, with each device's metadata when that is on.
+func (d *Driver) resultDevicesLocked(c checkpoint.Claim) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, 0, len(c.Devices))
 	for _, dev := range c.Devices {
 		kd := kubeletplugin.Device{
@@ -373,9 +374,25 @@ func resultDevices(c checkpoint.Claim) []kubeletplugin.Device {
 			id := types.UID(dev.ShareID)
 			kd.ShareID = &id
 		}
+		if d.cfg.DeviceMetadata {
+			kd.Metadata = d.metadataLocked(dev)
+		}
 		out = append(out, kd)
 	}
 	return out
+}
+
+// metadataLocked is the metadata of a prepared device, from the inventory
+// it was prepared with.
+func (d *Driver) metadataLocked(dev checkpoint.Device) *kubeletplugin.DeviceMetadata {
+	opts := rslices.Options{DriverName: d.cfg.DriverName}
+	if h, ok := d.byDevice[dev.Device]; ok {
+		return &kubeletplugin.DeviceMetadata{Attributes: rslices.Metadata(h, d.inv.NetnsMode, dev.ShareID, opts)}
+	}
+	if d.isLegacy(dev.Device) {
+		return &kubeletplugin.DeviceMetadata{Attributes: rslices.LegacyMetadata(d.usableLocked(), opts)}
+	}
+	return nil
 }
 
 // UnprepareResourceClaims removes the claims' CDI specs and forgets them.
