@@ -3,14 +3,12 @@ package hca
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 )
 
@@ -576,37 +574,6 @@ func dirNames(dir string) ([]string, error) {
 	}
 	return names, nil
 }
-
-// readSysfs reads a sysfs attribute: like os.ReadFile without the stat
-// and the page-sized buffer per file (attributes are a few bytes).
-func readSysfs(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	bp := readBufs.Get().(*[512]byte)
-	defer readBufs.Put(bp)
-	buf := bp[:]
-	n := 0
-	for n < len(buf) {
-		m, err := f.Read(buf[n:])
-		n += m
-		if err == io.EOF || (err == nil && m == 0) {
-			return append([]byte(nil), buf[:n]...), nil
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	rest, err := io.ReadAll(f) // a long attribute (or not sysfs at all)
-	if err != nil {
-		return nil, err
-	}
-	return append(append([]byte(nil), buf...), rest...), nil
-}
-
-var readBufs = sync.Pool{New: func() any { return new([512]byte) }}
 
 // gidAttr reads a GID attribute. EINVAL and ENODATA are the kernel's way of
 // saying "no value" (no netdev on InfiniBand, a slot being torn down), so

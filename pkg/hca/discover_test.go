@@ -429,10 +429,11 @@ func TestDiscoverNoSysfs(t *testing.T) {
 
 func BenchmarkDiscover(b *testing.B) {
 	dgx, _ := hcatest.Preset("dgx-h100")
+	rxe, _ := hcatest.Preset("rxe") // 1024 GID slots, 2 used
 	for _, bc := range []struct {
 		name string
 		spec hcatest.Spec
-	}{{"dgx-h100", dgx}, {"synthetic-64", hcatest.Synthetic(64)}} {
+	}{{"dgx-h100", dgx}, {"synthetic-64", hcatest.Synthetic(64)}, {"rxe", rxe}} {
 		b.Run(bc.name, func(b *testing.B) {
 			n := build(b, bc.spec)
 			d := hca.NewDiscoverer(hca.WithSysfsRoot(n.SysfsRoot), hca.WithDevRoot(n.DevRoot))

@@ -1,0 +1,50 @@
+//go:build unix
+
+package hca
+
+import (
+	"io/fs"
+
+	"golang.org/x/sys/unix"
+)
+
+// readSysfs reads a sysfs attribute with three system calls (open, read,
+// close): os.ReadFile adds a poller registration and a read to see EOF,
+// which double the cost of the 1024-slot GID tables rxe has. A read that
+// returns less than asked is the whole file, for sysfs attributes (one
+// show call fills them) as for regular files.
+func readSysfs(path string) ([]byte, error) {
+	fd, err := open(path)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var buf [256]byte // attributes are a few bytes
+	out := buf[:0]
+	for {
+		if len(out) == cap(out) {
+			out = append(out, 0)[:len(out)] // grow: a long file, not an attribute
+		}
+		n, err := unix.Read(fd, out[len(out):cap(out)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		short := len(out)+n < cap(out)
+		out = out[:len(out)+n]
+		if n == 0 || short {
+			return append([]byte(nil), out...), nil
+		}
+	}
+}
+
+func open(path string) (int, error) {
+	for {
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
