@@ -238,7 +238,10 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 	}
 	m := driver.NewMetrics()
 	deps := driver.Deps{
-		Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(o.sysfsRoot), hca.WithDevRoot(o.devRoot)),
+		// RDMA netlink adds the netns mode and soft-iWARP's netdev; only for
+		// the host's /sys, never for a simulated tree.
+		Inventory: hca.NewDiscoverer(hca.WithSysfsRoot(o.sysfsRoot), hca.WithDevRoot(o.devRoot),
+			hca.WithNetlink(hca.HostNetlink(o.sysfsRoot))),
 		SpecDir:    cdi.NewSpecDir(o.cdiRoot),
 		Checkpoint: checkpoint.NewStore(filepath.Join(stateDir, "checkpoint.json")),
 		BootID:     bootID,
