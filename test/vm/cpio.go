@@ -40,7 +40,9 @@ func (t *Tree) File(p string, perm fs.FileMode, data []byte) {
 }
 
 // Copy adds the host file src at p (read when the archive is written).
-func (t *Tree) Copy(p, src string, perm fs.FileMode) { t.entries[clean(p)] = entry{mode: perm, src: src} }
+func (t *Tree) Copy(p, src string, perm fs.FileMode) {
+	t.entries[clean(p)] = entry{mode: perm, src: src}
+}
 
 // Symlink adds a symbolic link.
 func (t *Tree) Symlink(p, target string) {

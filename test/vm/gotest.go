@@ -21,8 +21,8 @@ var (
 )
 
 // ParseTestOutput splits -test.v output by top-level test, in the order
-// they started. Lines outside any test (the binary's final PASS/FAIL, a
-// panic after a test ended) go to rest.
+// they started. Lines before the first test and the binary's final
+// PASS/FAIL go to rest; anything else after a test ended stays with it.
 func ParseTestOutput(lines []string) (tests []*GuestTest, rest []string) {
 	byName := map[string]*GuestTest{}
 	var cur *GuestTest
@@ -49,8 +49,13 @@ func ParseTestOutput(lines []string) (tests []*GuestTest, rest []string) {
 			g.Output = append(g.Output, l)
 			if !strings.Contains(m[2], "/") {
 				g.Status = m[1]
-				cur = nil
 			}
+			// A failed test's messages can follow its end line.
+			cur = g
+			continue
+		}
+		if l == "PASS" || l == "FAIL" {
+			rest = append(rest, l)
 			continue
 		}
 		if cur != nil {

@@ -85,8 +85,8 @@ func (b *Boot) Run(ctx context.Context) (*Result, error) {
 		"-serial", "stdio",
 		"-chardev", "socket,id=res,path=" + sock + ",server=on,wait=on",
 		"-serial", "chardev:res",
-		"-netdev", "user,id=n0,restrict=on", "-device", "virtio-net-pci,netdev=n0",
-		"-netdev", "user,id=n1,restrict=on,net=10.0.3.0/24", "-device", "virtio-net-pci,netdev=n1",
+		"-netdev", "user,id=n0,restrict=on,ipv6=off", "-device", "virtio-net-pci,netdev=n0",
+		"-netdev", "user,id=n1,restrict=on,ipv6=off,net=10.0.3.0/24", "-device", "virtio-net-pci,netdev=n1",
 		"-nodefaults",
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.Timeout)
@@ -227,7 +227,7 @@ func ProbeKVM(ctx context.Context, dir, kernel string) (bool, string) {
 	}
 	qv, _ := exec.Command(QEMU, "--version").Output()
 	un, _ := exec.Command("uname", "-r").Output()
-	key := filepath.Join(dir, "kvm-probe-"+sanitize(strings.Fields(string(qv)+" x x x")[3]+"-"+strings.TrimSpace(string(un))+"-"+filepath.Base(kernel)))
+	key := filepath.Join(dir, "kvm-probe-"+sanitize(strings.Fields(string(qv) + " x x x")[3]+"-"+strings.TrimSpace(string(un))+"-"+filepath.Base(kernel)))
 	if b, err := os.ReadFile(key); err == nil {
 		v := string(b)
 		return strings.HasPrefix(v, "ok"), v
