@@ -1,0 +1,100 @@
+// Command rdma-dra-hook is the OCI hook the driver names in per-claim CDI
+// specs. The container runtime runs it while it creates a container
+// (createRuntime: in the runtime's namespaces, after the container's
+// cgroup exists and before its process runs), with the container's state
+// on stdin.
+//
+//	rdma-dra-hook limit --device=mlx5_0 --hca-handle=1 --hca-object=max
+//
+// sets the container's rdma.max line for the device and reads it back.
+//
+// It fails closed: any error exits non-zero with a message naming the HCA
+// and the limit, and the runtime then refuses to start the container; a
+// container never runs without its limit. It imports nothing of
+// Kubernetes and reads only its arguments, stdin, procfs and cgroupfs.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmacg"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdin, rdmacg.FS{Root: "/"}); err != nil {
+		fmt.Fprintln(os.Stderr, "rdma-dra-hook:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdin io.Reader, fsys rdmacg.FS) error {
+	if len(args) == 0 {
+		return errors.New("usage: rdma-dra-hook limit --device=<ibdev> --hca-handle=<n|max> --hca-object=<n|max> (OCI state on stdin)")
+	}
+	switch args[0] {
+	case "limit":
+		return limit(args[1:], stdin, fsys)
+	}
+	return fmt.Errorf("unknown command %q (want: limit)", args[0])
+}
+
+func limit(args []string, stdin io.Reader, fsys rdmacg.FS) error {
+	fs := flag.NewFlagSet("limit", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	device := fs.String("device", "", "ibdev")
+	handle := fs.String("hca-handle", "max", "hca_handle limit")
+	object := fs.String("hca-object", "max", "hca_object limit")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("limit: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("limit: unexpected arguments %q", fs.Args())
+	}
+	l := rdmacg.Limit{Device: *device}
+	var err error
+	if l.HCAHandle, err = rdmacg.ParseValue(*handle); err != nil {
+		return fmt.Errorf("limit: --hca-handle: %w", err)
+	}
+	if l.HCAObject, err = rdmacg.ParseValue(*object); err != nil {
+		return fmt.Errorf("limit: --hca-object: %w", err)
+	}
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("limit: %w", err)
+	}
+	st, err := readState(stdin)
+	if err != nil {
+		return fmt.Errorf("HCA %s, limit %s: %w", l.Device, l, err)
+	}
+	dir, err := fsys.Dir(st.Pid)
+	if err != nil {
+		return fmt.Errorf("HCA %s: cannot set rdma.max (%s) of container %s: %w", l.Device, l, st.ID, err)
+	}
+	if err := rdmacg.Set(dir, l); err != nil {
+		return fmt.Errorf("HCA %s: cannot set rdma.max (%s) of container %s: %w", l.Device, l, st.ID, err)
+	}
+	return nil
+}
+
+// readState decodes the container state the runtime writes to a hook's
+// stdin; a hook without a live process has nothing to limit.
+func readState(r io.Reader) (oci.State, error) {
+	var st oci.State
+	b, err := io.ReadAll(io.LimitReader(r, 1<<20))
+	if err != nil {
+		return st, fmt.Errorf("reading the OCI state on stdin: %w", err)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("the OCI state on stdin is not JSON (is this run by a container runtime as a hook?): %w", err)
+	}
+	if st.Pid <= 0 {
+		return st, fmt.Errorf("the OCI state of container %q has no process (pid %d): run it as a createRuntime hook", st.ID, st.Pid)
+	}
+	return st, nil
+}

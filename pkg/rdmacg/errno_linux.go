@@ -1,0 +1,8 @@
+package rdmacg
+
+import "syscall"
+
+var (
+	errInval = syscall.EINVAL
+	errNoDev = syscall.ENODEV
+)
