@@ -93,8 +93,8 @@ type HCA struct {
 	// PCI is nil for software devices.
 	PCI *PCIInfo
 
-	// Netdevs of the HCA: device/net/* and the ports' GID netdevs, sorted,
-	// deduplicated.
+	// Netdevs of the HCA: device/net/*, the ports' GID netdevs and (with
+	// RDMA netlink) the ports' netdevs, sorted, deduplicated.
 	Netdevs []string
 
 	// Software is true for Soft-RoCE (rxe) and soft-iWARP (siw).
