@@ -2,6 +2,7 @@ package rdmanl
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -205,15 +206,46 @@ func TestRealKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every device of this namespace is in its sysfs class, and has ports.
+	// Every device of this namespace is in its sysfs class and agrees with
+	// it; so do its ports and their netdevs.
+	sysfs := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Error(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
 	var names []string
 	for _, d := range devs {
 		names = append(names, d.Name)
+		dir := "/sys/class/infiniband/" + d.Name
+		if got := FormatGUID(d.NodeGUID); got != sysfs(dir+"/node_guid") {
+			t.Errorf("%s: node GUID %s, sysfs %s", d.Name, got, sysfs(dir+"/node_guid"))
+		}
+		if got := FormatGUID(d.SysImageGUID); got != sysfs(dir+"/sys_image_guid") {
+			t.Errorf("%s: system image GUID %s, sysfs %s", d.Name, got, sysfs(dir+"/sys_image_guid"))
+		}
+		if d.FWVersion != sysfs(dir+"/fw_ver") {
+			t.Errorf("%s: firmware %q, sysfs %q", d.Name, d.FWVersion, sysfs(dir+"/fw_ver"))
+		}
+		if nt := sysfs(dir + "/node_type"); !strings.HasPrefix(nt, fmt.Sprintf("%d: ", d.NodeType)) {
+			t.Errorf("%s: node type %d, sysfs %q", d.Name, d.NodeType, nt)
+		}
 		n := 0
 		for _, l := range links {
-			if l.DevIndex == d.Index {
-				n++
+			if l.DevIndex != d.Index {
+				continue
 			}
+			n++
+			port := fmt.Sprintf("%s/ports/%d/", dir, l.Index)
+			if st := sysfs(port + "state"); !strings.HasPrefix(st, fmt.Sprintf("%d: ", l.State)) {
+				t.Errorf("%s port %d: state %d, sysfs %q", d.Name, l.Index, l.State, st)
+			}
+			if l.Netdev != "" && sysfs("/sys/class/net/"+l.Netdev+"/ifindex") != fmt.Sprint(l.NetdevIndex) {
+				t.Errorf("%s port %d: netdev %s index %d, sysfs %s", d.Name, l.Index, l.Netdev, l.NetdevIndex,
+					sysfs("/sys/class/net/"+l.Netdev+"/ifindex"))
+			}
+			t.Logf("%s port %d: state %d phys %d netdev %q (%d)", d.Name, l.Index, l.State, l.PhysState, l.Netdev, l.NetdevIndex)
 		}
 		if uint32(n) != d.Ports {
 			t.Errorf("%s: %d ports dumped, the device says %d", d.Name, n, d.Ports)
