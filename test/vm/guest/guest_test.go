@@ -79,3 +79,8 @@ func logf(t *testing.T, format string, args ...any) {
 	t.Helper()
 	t.Log(fmt.Sprintf(format, args...))
 }
+
+func readTrim(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	return strings.TrimSpace(string(b)), err
+}

@@ -1,0 +1,143 @@
+package guest
+
+// Port health on the real kernel: `ip link set eth1 down` turns rxe1's port
+// DOWN; the driver's NoSchedule taint on the published ResourceSlice and
+// its health report to the kubelet follow within the 1 s the issue asks,
+// and both clear on `up`.
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	resourceapi "k8s.io/api/resource/v1"
+	healthpb "k8s.io/kubelet/pkg/apis/dra-health/v1"
+
+	rslices "github.com/rdma-dra/rdma-dra-driver/pkg/slices"
+)
+
+// portBound is the issue's bound from the link change to the taint and
+// the health report.
+const portBound = time.Second
+
+func taintedDevices(s *resourceapi.ResourceSlice) map[string]bool {
+	out := map[string]bool{}
+	for _, d := range s.Spec.Devices {
+		for _, tn := range d.Taints {
+			if tn.Key == driverName+"/"+rslices.TaintPortDown && tn.Effect == resourceapi.DeviceTaintEffectNoSchedule {
+				out[d.Name] = true
+			}
+		}
+	}
+	return out
+}
+
+func TestPortDownTaintAndHealth(t *testing.T) {
+	inGuest(t)
+	n := startNode(t, nodeConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if s, err := n.slice(ctx); err != nil {
+		t.Fatalf("no ResourceSlice: %v", err)
+	} else if tainted := taintedDevices(s); len(tainted) != 0 {
+		t.Fatalf("tainted before any change: %v", tainted)
+	}
+
+	conn, err := grpc.NewClient("unix://"+filepath.Join(n.pluginDir, "dra.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := healthpb.NewDRAResourceHealthClient(conn).NodeWatchResources(ctx, &healthpb.NodeWatchResourcesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type report struct {
+		at     time.Time
+		health map[string]healthpb.HealthStatus
+	}
+	reports := make(chan report, 64)
+	go func() {
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				close(reports)
+				return
+			}
+			m := map[string]healthpb.HealthStatus{}
+			for _, d := range r.Devices {
+				m[d.GetDevice().GetDeviceName()] = d.Health
+			}
+			reports <- report{time.Now(), m}
+		}
+	}()
+	// The first report: every device healthy.
+	select {
+	case r, ok := <-reports:
+		if !ok || r.health["rxe1"] != healthpb.HealthStatus_HEALTHY {
+			t.Fatalf("first health report: %v", r.health)
+		}
+	case <-ctx.Done():
+		t.Fatal("no health report")
+	}
+
+	for _, step := range []struct {
+		state      string
+		port       string // rxe1's port state after it
+		tainted    bool
+		wantHealth healthpb.HealthStatus
+	}{
+		{"down", "DOWN", true, healthpb.HealthStatus_UNHEALTHY},
+		{"up", "ACTIVE", false, healthpb.HealthStatus_HEALTHY},
+	} {
+		start := time.Now()
+		setLink(t, "eth1", step.state)
+		// The taint, from the published slice (polled every 20 ms).
+		var taintAfter time.Duration
+		for {
+			s, err := n.slice(ctx)
+			if err != nil {
+				t.Fatalf("eth1 %s: waiting for the slice: %v", step.state, err)
+			}
+			if taintedDevices(s)["rxe1"] == step.tainted {
+				taintAfter = time.Since(start)
+				if taintedDevices(s)["rxe0"] {
+					t.Errorf("rxe0 tainted too")
+				}
+				break
+			}
+			if time.Since(start) > 30*time.Second {
+				t.Fatalf("eth1 %s: rxe1 taint still %v after 30 s", step.state, !step.tainted)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		var healthAfter time.Duration
+		for healthAfter == 0 {
+			select {
+			case r, ok := <-reports:
+				if !ok {
+					t.Fatal("health stream ended")
+				}
+				if r.health["rxe1"] == step.wantHealth {
+					healthAfter = r.at.Sub(start)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("eth1 %s: no %v health report for rxe1 in 30 s", step.state, step.wantHealth)
+			}
+		}
+		state, err := readTrim("/sys/class/infiniband/rxe1/ports/1/state")
+		if err != nil || !strings.HasSuffix(state, step.port) {
+			t.Errorf("eth1 %s: rxe1 port state %q (%v), want %s", step.state, state, err, step.port)
+		}
+		t.Logf("ip link set eth1 %s: rxe1 port %s; taint %v after %v, health %v after %v",
+			step.state, state, map[bool]string{true: "set", false: "cleared"}[step.tainted], taintAfter.Round(time.Millisecond),
+			step.wantHealth, healthAfter.Round(time.Millisecond))
+		if taintAfter > portBound || healthAfter > portBound {
+			t.Errorf("eth1 %s: taint after %v, health after %v; the bound is %v", step.state, taintAfter, healthAfter, portBound)
+		}
+	}
+}
