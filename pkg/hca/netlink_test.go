@@ -1,6 +1,7 @@
 package hca_test
 
 import (
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,8 +25,12 @@ func softHCA(name string) hca.HCA {
 			{Index: 1, GID: "0000:0000:0000:0000:0000:ffff:0a00:020f", Type: "RoCE v2", Netdev: "eth0"},
 		}
 		port.RoCEv2GIDIndex = 1
+		mad := func(name string, minor uint32) hca.CharDevice {
+			return hca.CharDevice{Name: name, Path: "/dev/infiniband/" + name, Major: 231, Minor: minor, Port: 1, Exists: true}
+		}
 		return hca.HCA{Name: name, NodeType: "CA", NodeGUID: "5054:00ff:fe12:3456", SysImageGUID: "5054:00ff:fe12:3456",
 			NodeDesc: "rxe", Model: "Soft-RoCE", Ports: []hca.Port{port}, Uverbs: uverbs,
+			MAD:     []hca.CharDevice{mad("issm0", 64), mad("umad0", 0)},
 			Netdevs: []string{"eth0"}, Software: true, ParentNetdev: "eth0", Usable: true}
 	}
 	port.GIDs = []hca.GID{{Index: 0, GID: "5254:0012:3456:0000:0000:0000:0000:0000", Type: "IB/RoCE v1"}}
@@ -162,8 +167,8 @@ func TestDiscoverSoftware(t *testing.T) {
 			if diff := cmp.Diff(tt.wantWarn, inv.Warnings); diff != "" {
 				t.Errorf("warnings (-want +got):\n%s", diff)
 			}
-			if inv.RDMACM == nil || inv.RDMACM.Minor != 122 {
-				t.Errorf("rdma_cm = %+v, want 10:122", inv.RDMACM)
+			if inv.RDMACM == nil || inv.RDMACM.Minor != 124 {
+				t.Errorf("rdma_cm = %+v, want 10:124", inv.RDMACM)
 			}
 		})
 	}
@@ -202,5 +207,55 @@ func TestHostNetlink(t *testing.T) {
 	}
 	if _, ok := hca.HostNetlink("/sys").(rdmanl.Client); !ok {
 		t.Errorf("/sys did not get the kernel's RDMA netlink")
+	}
+}
+
+// TestDiscoverVMPreset: the whole test/vm guest (rxe0, rxe1, siw0), with and
+// without netlink.
+func TestDiscoverVMPreset(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		netlink bool
+		want    string
+	}{
+		{"sysfs only", false,
+			"rxe0 parent=eth0 netdevs=eth0 port=- uverbs0 mad=2 roce=1|rxe1 parent=eth1 netdevs=eth1 port=- uverbs1 mad=2 roce=1|" +
+				"siw0 parent=- netdevs=- port=- uverbs2 mad=0 roce=-1"},
+		{"with netlink", true,
+			"rxe0 parent=eth0 netdevs=eth0 port=eth0 uverbs0 mad=2 roce=1|rxe1 parent=eth1 netdevs=eth1 port=eth1 uverbs1 mad=2 roce=1|" +
+				"siw0 parent=eth0 netdevs=eth0 port=eth0 uverbs2 mad=0 roce=-1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := preset(t, "vm")
+			opts := []hca.Option{hca.WithSysfsRoot(n.SysfsRoot), hca.WithDevRoot(n.DevRoot), hca.WithReadFile(n.ReadFile)}
+			if tt.netlink {
+				opts = append(opts, hca.WithNetlink(n.Netlink()))
+			}
+			inv, err := hca.Discover(opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(inv.Warnings) > 0 {
+				t.Errorf("warnings: %q", inv.Warnings)
+			}
+			var rows []string
+			for _, h := range inv.HCAs {
+				if !h.Usable || len(h.Warnings) > 0 {
+					t.Errorf("%s: usable %v (%s), warnings %q", h.Name, h.Usable, h.UnusableReason, h.Warnings)
+				}
+				dash := func(s string) string {
+					if s == "" {
+						return "-"
+					}
+					return s
+				}
+				rows = append(rows, strings.Join([]string{h.Name, "parent=" + dash(h.ParentNetdev),
+					"netdevs=" + dash(strings.Join(h.Netdevs, ",")), "port=" + dash(h.Ports[0].Netdev), h.Uverbs.Name,
+					"mad=" + strconv.Itoa(len(h.MAD)), "roce=" + strconv.Itoa(h.Ports[0].RoCEv2GIDIndex)}, " "))
+			}
+			if got := strings.Join(rows, "|"); got != tt.want {
+				t.Errorf("got\n%s\nwant\n%s", strings.ReplaceAll(got, "|", "\n"), strings.ReplaceAll(tt.want, "|", "\n"))
+			}
+		})
 	}
 }

@@ -722,9 +722,12 @@ func (b *builder) port(h *HCASpec, pl place, num int) {
 	d := fmt.Sprintf("%s/ports/%d", pl.ibdev(), num)
 	ethernet := p.LinkLayer == "Ethernet"
 	capMask := "0xa751e848" // mlx5 InfiniBand
+	rnic := h.NodeType == "4: RNIC"
 	switch {
+	case pl.pci == "" && rnic:
+		capMask = "0x00090000" // siw (Linux 6.1)
 	case pl.pci == "":
-		capMask = "0x00890000" // rxe
+		capMask = "0x00010000" // rxe (Linux 6.1)
 	case ethernet:
 		capMask = "0x04010000"
 	}
@@ -734,9 +737,12 @@ func (b *builder) port(h *HCASpec, pl place, num int) {
 	w.file(d+"/rate", p.Rate)
 	w.file(d+"/lid", fmt.Sprintf("0x%x", p.LID))
 	w.file(d+"/sm_lid", fmt.Sprintf("0x%x", p.SMLID))
+	w.file(d+"/sm_sl", "0")
 	w.file(d+"/lid_mask_count", "0")
 	w.file(d+"/cap_mask", capMask)
-	w.file(d+"/pkeys/0", "0xffff")
+	if !rnic {
+		w.file(d+"/pkeys/0", "0xffff") // iWARP has no P_Key table
+	}
 	gids := make(map[int]GIDSpec, len(p.GIDs))
 	for _, g := range p.GIDs {
 		gids[g.Index] = g

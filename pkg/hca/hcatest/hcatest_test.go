@@ -78,8 +78,9 @@ func TestPresets(t *testing.T) {
 		{"dgx-h100", []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9"}, "Y", "10:58", checkDGX},
 		{"roce-sriov", []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5"}, "N", "10:59", checkSRIOV},
 		{"softroce", []string{"rxe0"}, "Y", "10:122", checkSoftRoCE},
-		{"rxe", []string{"rxe0"}, "Y", "10:122", checkRXE},
-		{"siw", []string{"siw0"}, "Y", "10:122", checkSIW},
+		{"rxe", []string{"rxe0"}, "Y", "10:124", checkRXE},
+		{"siw", []string{"siw0"}, "Y", "10:124", checkSIW},
+		{"vm", []string{"rxe0", "rxe1", "siw0"}, "Y", "10:124", checkVM},
 		{"empty", nil, "Y", "", checkEmpty},
 		{"broken", []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5"}, "Y", "10:58", checkBroken},
 	}
@@ -382,9 +383,30 @@ func checkSoftRoCE(t *testing.T, n *Node) {
 func checkRXE(t *testing.T, n *Node) {
 	checkRXELayout(t, n, "10.0.2.15")
 	wantContent(t, filepath.Join(n.IBDevDir("rxe0"), "node_desc"), "rxe")
-	if entries, _ := os.ReadDir(filepath.Join(n.SysfsRoot, "class/infiniband_mad")); len(entries) != 1 {
-		t.Errorf("class/infiniband_mad has %d entries, want abi_version only (no ib_umad)", len(entries))
+	sameFile(t, filepath.Join(n.SysfsRoot, "class/infiniband_mad/umad0"), filepath.Join(n.SysfsRoot, "devices/virtual/infiniband_mad/umad0"))
+}
+
+// checkVM holds what the test/vm guest's sysfs showed for all three devices.
+func checkVM(t *testing.T, n *Node) {
+	checkRXELayout(t, n, "10.0.2.15")
+	checkSIW(t, n)
+	wantContent(t, filepath.Join(n.IBDevDir("rxe1"), "parent"), "eth1")
+	wantContent(t, filepath.Join(n.IBDevDir("rxe1"), "node_guid"), "5054:00ff:fe12:3457")
+	wantContent(t, filepath.Join(n.IBDevDir("rxe1"), "ports/1/gids/1"), "0000:0000:0000:0000:0000:ffff:0a00:030f")
+	wantContent(t, filepath.Join(n.IBDevDir("siw0"), "node_guid"), "5054:00ff:fe12:3456")
+	for uverbs, ib := range map[string]string{"uverbs0": "rxe0", "uverbs1": "rxe1", "uverbs2": "siw0"} {
+		wantContent(t, filepath.Join(n.SysfsRoot, "class/infiniband_verbs", uverbs, "ibdev"), ib)
 	}
+	mads, _ := os.ReadDir(filepath.Join(n.SysfsRoot, "class/infiniband_mad"))
+	var names []string
+	for _, m := range mads {
+		names = append(names, m.Name())
+	}
+	if want := []string{"abi_version", "issm0", "issm1", "umad0", "umad1"}; !slices.Equal(names, want) {
+		t.Errorf("class/infiniband_mad: %v, want %v", names, want)
+	}
+	wantContent(t, filepath.Join(n.SysfsRoot, "class/net/eth0/ifindex"), "2")
+	wantContent(t, filepath.Join(n.SysfsRoot, "class/net/eth1/ifindex"), "3")
 }
 
 // checkRXELayout holds what Linux 6.1 showed for rxe0 on virtio-net.
@@ -399,6 +421,8 @@ func checkRXELayout(t *testing.T, n *Node, ip string) {
 	wantContent(t, filepath.Join(rxe, "parent"), "eth0")
 	wantContent(t, filepath.Join(rxe, "node_guid"), "5054:00ff:fe12:3456")
 	wantContent(t, filepath.Join(rxe, "ports/1/rate"), "2.5 Gb/sec (1X SDR)")
+	wantContent(t, filepath.Join(rxe, "ports/1/cap_mask"), "0x00010000")
+	wantContent(t, filepath.Join(rxe, "ports/1/pkeys/0"), "0xffff")
 	if gids, _ := os.ReadDir(filepath.Join(rxe, "ports/1/gids")); len(gids) != 1024 {
 		t.Errorf("%d GID slots, want 1024", len(gids))
 	}
@@ -430,6 +454,10 @@ func checkSIW(t *testing.T, n *Node) {
 		}
 	}
 	wantContent(t, filepath.Join(siw, "node_type"), "4: RNIC")
+	wantContent(t, filepath.Join(siw, "ports/1/cap_mask"), "0x00090000")
+	if _, err := os.Stat(filepath.Join(siw, "ports/1/pkeys")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("siw0 has a P_Key table")
+	}
 	wantContent(t, filepath.Join(siw, "fw_ver"), "")
 	wantContent(t, filepath.Join(siw, "ports/1/gids/0"), "5254:0012:3456:0000:0000:0000:0000:0000")
 	wantContent(t, filepath.Join(siw, "ports/1/gid_attrs/types/0"), "IB/RoCE v1")

@@ -13,6 +13,7 @@ var presets = map[string]func() Spec{
 	"softroce":   softRoCE,
 	"rxe":        rxe,
 	"siw":        siw,
+	"vm":         vm,
 	"empty":      empty,
 	"broken":     broken,
 }
@@ -234,87 +235,99 @@ func roceSRIOV() Spec {
 }
 
 // Soft-RoCE and soft-iWARP as Linux 6.1 (Debian bookworm) lays them out on
-// a virtio-net VM: devices/virtual/infiniband/<ibdev> (no device link),
-// fw_ver empty, no hca_type, board_id or hw_rev, rate "2.5 Gb/sec (1X SDR)"
-// (the netdev's speed is unknown), node and system image GUID the EUI-64 of
-// the MAC.
+// a virtio-net VM (checked against the test/vm guest's sysfs):
+// devices/virtual/infiniband/<ibdev> (no device link), fw_ver empty, no
+// hca_type, board_id or hw_rev, rate "2.5 Gb/sec (1X SDR)" (the netdev's
+// speed is unknown), node and system image GUID the EUI-64 of the MAC.
 const (
 	rxeGIDTableLen = 1024 // RXE_PORT_GID_TBL_LEN
 	vmRate         = "2.5 Gb/sec (1X SDR)"
+	vmRDMACMMinor  = 124
 )
 
-var vmMAC = [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56} // QEMU's default
+// vmMAC is QEMU's default MAC; a second NIC gets the next one.
+func vmMAC(nic int) [6]byte { return [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56 + byte(nic)} }
 
 // eui64GUID is the GUID addrconf_addr_eui48 makes of a MAC (rxe, siw).
 func eui64GUID(mac [6]byte) string {
 	return fmt.Sprintf("%02x%02x:%02xff:fe%02x:%02x%02x", mac[0]^0x02, mac[1], mac[2], mac[3], mac[4], mac[5])
 }
 
-// rxeHCA is rxe0 on netdev: a parent file naming it, 1024 GID slots of which
-// rxe (RoCE v2 only) fills 0 with the link-local GID and 1 with the IPv4
-// address; the other slots read as zeros and their gid_attrs fail (EINVAL).
-func rxeHCA(netdev string, mac [6]byte, ip []byte, umad int) HCASpec {
+// rxeHCA is an rxe on netdev: a parent file naming it, node_desc "rxe", 1024
+// GID slots of which rxe (RoCE v2 only) fills 0 with the link-local GID and
+// 1 with the IPv4 address; the other slots read as zeros and their
+// gid_attrs fail (EINVAL). Its uverbs and umad index is idx.
+func rxeHCA(name, netdev string, mac [6]byte, ip []byte, idx int) HCASpec {
 	ll := eui64GID(mac)
 	gids := []GIDSpec{{0, ll, gidV2, netdev}}
 	if ip != nil {
 		gids = append(gids, GIDSpec{1, ipv4GID(ip[0], ip[1], ip[2], ip[3]), gidV2, netdev})
 	}
 	return HCASpec{
-		Name: "rxe0", NodeType: "1: CA",
+		Name: name, NodeType: "1: CA", NodeDesc: "rxe",
 		NodeGUID: eui64GUID(mac), SysImageGUID: eui64GUID(mac),
 		Ports: []PortSpec{{
 			State: "4: ACTIVE", PhysState: "5: LinkUp", LinkLayer: eth, Rate: vmRate,
-			GIDs: gids, GIDTableLen: rxeGIDTableLen, UMAD: umad,
+			GIDs: gids, GIDTableLen: rxeGIDTableLen, UMAD: idx,
 		}},
-		Uverbs:  0,
+		Uverbs:  idx,
+		Netdevs: []string{netdev},
+	}
+}
+
+// siwHCA is a siw on netdev: node_type "4: RNIC", node_desc "Software iWARP
+// stack", one GID slot holding the MAC ("IB/RoCE v1", its ndevs entry fails
+// with EINVAL), no parent file and no P_Key table: its netdev shows only in
+// RDMA netlink. No MAD devices (iWARP has none).
+func siwHCA(name string, mac [6]byte, uverbs int, netdev string) HCASpec {
+	m := mac
+	gid := fmt.Sprintf("%02x%02x:%02x%02x:%02x%02x:0000:0000:0000:0000:0000", m[0], m[1], m[2], m[3], m[4], m[5])
+	return HCASpec{
+		Name: name, NodeType: "4: RNIC", NodeDesc: "Software iWARP stack",
+		NodeGUID: eui64GUID(m), SysImageGUID: eui64GUID(m),
+		Ports: []PortSpec{{
+			State: "4: ACTIVE", PhysState: "5: LinkUp", LinkLayer: eth, Rate: vmRate,
+			GIDs: []GIDSpec{{Index: 0, GID: gid, Type: gidV1}}, GIDTableLen: 1, UMAD: -1,
+		}},
+		Uverbs:  uverbs,
 		Netdevs: []string{netdev},
 	}
 }
 
 // softRoCE is a VM "vm01" with rdma-core installed and Soft-RoCE rxe0 on the
 // virtio netdev eth0 (MAC 52:54:00:12:34:56, 192.168.122.10), laid out as
-// rxe is: node_desc "vm01 rxe0" (rdma-ndd), GIDs 0 link-local and 1 IPv4,
-// both RoCE v2, in a 1024-slot table; uverbs0, umad0/issm0 (rdma-core loads
-// ib_umad) under devices/virtual. rdma_cm is 10:122, netns shared.
+// the rxe preset but with node_desc "vm01 rxe0" (rdma-ndd). rdma_cm is
+// 10:122, netns shared.
 func softRoCE() Spec {
-	return Spec{
-		Hostname: "vm01", NetnsShared: true, RDMACMMinor: 122,
-		HCAs: []HCASpec{rxeHCA("eth0", vmMAC, []byte{192, 168, 122, 10}, 0)},
-	}
+	h := rxeHCA("rxe0", "eth0", vmMAC(0), []byte{192, 168, 122, 10}, 0)
+	h.NodeDesc = ""
+	return Spec{Hostname: "vm01", NetnsShared: true, RDMACMMinor: 122, HCAs: []HCASpec{h}}
 }
 
-// rxe is the test/vm guest: Debian's 6.1 kernel booted from a minimal
-// initramfs (no rdma-core services, no ib_umad) after "rdma link add rxe0
-// type rxe netdev eth0" on QEMU's user network (10.0.2.15). As softroce,
-// but node_desc is the driver's own "rxe" and there are no MAD devices.
-// rdma_cm is 10:122, netns shared.
+// rxe is rxe0 of the test/vm guest (Debian's 6.1 kernel, "rdma link add rxe0
+// type rxe netdev eth0" on QEMU's user network, 10.0.2.15): uverbs0,
+// umad0/issm0, rdma_cm 10:124, netns shared.
 func rxe() Spec {
-	h := rxeHCA("eth0", vmMAC, []byte{10, 0, 2, 15}, -1)
-	h.NodeDesc = "rxe"
-	return Spec{Hostname: "vm", NetnsShared: true, RDMACMMinor: 122, HCAs: []HCASpec{h}}
+	return Spec{Hostname: "vm", NetnsShared: true, RDMACMMinor: vmRDMACMMinor,
+		HCAs: []HCASpec{rxeHCA("rxe0", "eth0", vmMAC(0), []byte{10, 0, 2, 15}, 0)}}
 }
 
-// siw is the test/vm guest with soft-iWARP instead ("rdma link add siw0 type
-// siw netdev eth0"): node_type "4: RNIC", node_desc "Software iWARP stack",
-// one GID slot holding the MAC ("IB/RoCE v1", its ndevs entry fails with
-// EINVAL), no parent file: its netdev eth0 shows only in RDMA netlink.
-// uverbs0, no MAD devices (iWARP has none), rdma_cm 10:122, netns shared.
+// siw is soft-iWARP alone in that guest ("rdma link add siw0 type siw
+// netdev eth0"): siw0, uverbs0, rdma_cm 10:124, netns shared.
 func siw() Spec {
-	m := vmMAC
-	gid := fmt.Sprintf("%02x%02x:%02x%02x:%02x%02x:0000:0000:0000:0000:0000", m[0], m[1], m[2], m[3], m[4], m[5])
-	return Spec{
-		Hostname: "vm", NetnsShared: true, RDMACMMinor: 122,
-		HCAs: []HCASpec{{
-			Name: "siw0", NodeType: "4: RNIC", NodeDesc: "Software iWARP stack",
-			NodeGUID: eui64GUID(m), SysImageGUID: eui64GUID(m),
-			Ports: []PortSpec{{
-				State: "4: ACTIVE", PhysState: "5: LinkUp", LinkLayer: eth, Rate: vmRate,
-				GIDs: []GIDSpec{{Index: 0, GID: gid, Type: gidV1}}, GIDTableLen: 1, UMAD: -1,
-			}},
-			Uverbs:  0,
-			Netdevs: []string{"eth0"},
-		}},
-	}
+	return Spec{Hostname: "vm", NetnsShared: true, RDMACMMinor: vmRDMACMMinor,
+		HCAs: []HCASpec{siwHCA("siw0", vmMAC(0), 0, "eth0")}}
+}
+
+// vm is the whole test/vm guest: rxe0 on eth0 (10.0.2.15), rxe1 on eth1
+// (52:54:00:12:34:57, 10.0.3.15) and siw0 on eth0; uverbs0..2 in that order,
+// umad0/1 for the rxes, rdma_cm 10:124, netns shared.
+func vm() Spec {
+	return Spec{Hostname: "vm", NetnsShared: true, RDMACMMinor: vmRDMACMMinor, HCAs: []HCASpec{
+		rxeHCA("rxe0", "eth0", vmMAC(0), []byte{10, 0, 2, 15}, 0),
+		rxeHCA("rxe1", "eth1", vmMAC(1), []byte{10, 0, 3, 15}, 1),
+		siwHCA("siw0", vmMAC(0), 2, "eth0"),
+	}}
 }
 
 // empty is a node "empty01" with the RDMA core loaded and no device: the
