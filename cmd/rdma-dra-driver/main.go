@@ -36,6 +36,7 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/kevents"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/legacy"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmacg"
 )
 
 type options struct {
@@ -63,6 +64,9 @@ type options struct {
 	taintUnhealthy      bool
 	portPollInterval    time.Duration
 	deviceMetadata      bool
+	hookPath            string
+	hcaHandlesPerHCA    int64
+	hcaObjectsPerHCA    int64
 	kernelEvents        bool
 	logging             *logsapi.LoggingConfiguration
 }
@@ -91,6 +95,9 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.legacyShares, "legacy-shares", legacy.DefaultShares, "how many rdma/hca pods a node takes")
 	fs.BoolVar(&o.taintUnhealthy, "taint-unhealthy", true, "taint HCAs whose port is not ACTIVE with rdma.dra.dev/port-down:NoSchedule")
 	fs.DurationVar(&o.portPollInterval, "port-poll-interval", 250*time.Millisecond, "how often port state files are checked between rescans; 0 disables")
+	fs.StringVar(&o.hookPath, "hook-path", "/opt/rdma-dra-driver/bin/rdma-dra-hook", "host path of the rdma-dra-hook binary (installed by the chart) that CDI specs name to set a container's rdma.max")
+	fs.Int64Var(&o.hcaHandlesPerHCA, "hca-handles-per-hca", 1000, "shared mode: hcaHandles capacity of each HCA (rdma.max hca_handle a claim may ask for); 0 publishes none")
+	fs.Int64Var(&o.hcaObjectsPerHCA, "hca-objects-per-hca", 1000000, "shared mode: hcaObjects capacity of each HCA (rdma.max hca_object a claim may ask for); 0 publishes none")
 	fs.BoolVar(&o.deviceMetadata, "device-metadata", true, "write each prepared device's metadata file (KEP-5304), bind-mounted into containers under /var/run/kubernetes.io/dra-device-attributes")
 	fs.BoolVar(&o.kernelEvents, "kernel-events", true, "rescan on netlink link messages and uevents (HCAs added or removed; netdev renames when on the host network)")
 }
@@ -105,6 +112,9 @@ func validateModes(o *options) error {
 	}
 	if o.sharing == "shared" && o.sharesPerHCA < 1 {
 		return fmt.Errorf("--shares-per-hca=%d: want at least 1", o.sharesPerHCA)
+	}
+	if o.hcaHandlesPerHCA < 0 || o.hcaObjectsPerHCA < 0 {
+		return fmt.Errorf("--hca-handles-per-hca=%d, --hca-objects-per-hca=%d: want 0 or more", o.hcaHandlesPerHCA, o.hcaObjectsPerHCA)
 	}
 	switch o.legacyRoute {
 	case legacy.LegacyOff:
@@ -270,6 +280,7 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 	}
 	if o.sharing == "shared" {
 		dcfg.Shares = o.sharesPerHCA
+		dcfg.HCAHandles, dcfg.HCAObjects, dcfg.HookPath = rdmaLimits(logger, o)
 	}
 	var shim *legacy.Plugin
 	switch o.legacyRoute {
@@ -418,4 +429,21 @@ func legacyNetwork(allowNonHostNetwork bool) cdi.Network {
 		return cdi.NetworkUnknown
 	}
 	return cdi.NetworkHost
+}
+
+// rdmaLimits decides whether shared HCAs publish the RDMA cgroup
+// capacities: only where the kernel can enforce them, saying why not.
+func rdmaLimits(logger klog.Logger, o *options) (handles, objects int64, hook string) {
+	if o.hcaHandlesPerHCA == 0 && o.hcaObjectsPerHCA == 0 {
+		return 0, 0, ""
+	}
+	if ok, why := (rdmacg.FS{Root: "/"}).Available(); !ok {
+		logger.Info("Not publishing the hcaHandles and hcaObjects capacities: per-claim RDMA limits cannot be enforced here", "reason", why)
+		return 0, 0, ""
+	}
+	if !filepath.IsAbs(o.hookPath) {
+		logger.Info("Not publishing the hcaHandles and hcaObjects capacities: --hook-path is not an absolute path", "hookPath", o.hookPath)
+		return 0, 0, ""
+	}
+	return o.hcaHandlesPerHCA, o.hcaObjectsPerHCA, o.hookPath
 }

@@ -346,3 +346,26 @@ func NodeEdits(hcas []hca.HCA, opts EditOptions) (cdispec.ContainerEdits, error)
 	}
 	return all, nil
 }
+
+// HookTimeout bounds the hook's run, in seconds: it only writes one file.
+const HookTimeout = 10
+
+// LimitHook is the OCI createRuntime hook that sets a container's rdma.max
+// for ibdev, handles and objects being 0 for "not limited". hookPath is the
+// host path of rdma-dra-hook. The runtime runs it before the container's
+// process starts and refuses the container if it fails.
+func LimitHook(hookPath, ibdev string, handles, objects int64) *cdispec.Hook {
+	v := func(n int64) string {
+		if n <= 0 {
+			return "max"
+		}
+		return strconv.FormatInt(n, 10)
+	}
+	timeout := HookTimeout
+	return &cdispec.Hook{
+		HookName: "createRuntime",
+		Path:     hookPath,
+		Args:     []string{filepath.Base(hookPath), "limit", "--device=" + ibdev, "--hca-handle=" + v(handles), "--hca-object=" + v(objects)},
+		Timeout:  &timeout,
+	}
+}

@@ -47,9 +47,18 @@ type Device struct {
 	// spec can be rewritten after a reboot without the claim.
 	ManagementDevices bool `json:"managementDevices,omitempty"`
 	Env               bool `json:"env,omitempty"`
+	// Limits are the RDMA cgroup limits the claim consumed on a shared HCA;
+	// nil when it asked for none.
+	Limits *Limits `json:"limits,omitempty"`
 	// AddressFamily is HcaConfig.addressFamily; empty means Auto.
 	AddressFamily string   `json:"addressFamily,omitempty"`
 	CDIDeviceIDs  []string `json:"cdiDeviceIDs,omitempty"`
+}
+
+// Limits are a device's rdma.max values; 0 means not limited.
+type Limits struct {
+	HCAHandles int64 `json:"hcaHandles,omitempty"`
+	HCAObjects int64 `json:"hcaObjects,omitempty"`
 }
 
 // clone returns a deep copy, with a non-nil Claims map, so the Store's copy
@@ -61,6 +70,9 @@ func (cp Checkpoint) clone() Checkpoint {
 		c.Devices = slices.Clone(c.Devices)
 		for i := range c.Devices {
 			c.Devices[i].CDIDeviceIDs = slices.Clone(c.Devices[i].CDIDeviceIDs)
+			if l := c.Devices[i].Limits; l != nil {
+				c.Devices[i].Limits = &Limits{HCAHandles: l.HCAHandles, HCAObjects: l.HCAObjects}
+			}
 		}
 		out.Claims[uid] = c
 	}

@@ -77,6 +77,13 @@ type Config struct {
 	// PortPollInterval is how often the port state files are checked
 	// between rescans; zero disables the watcher.
 	PortPollInterval time.Duration
+	// HCAHandles and HCAObjects > 0 (shared mode) publish the RDMA cgroup
+	// capacities; a claim's consumed amounts become its containers'
+	// rdma.max through HookPath. Zero where the kernel lacks the controller.
+	HCAHandles, HCAObjects int64
+	// HookPath is the host path of rdma-dra-hook, named in the CDI specs of
+	// claims with limits; required when the capacities are published.
+	HookPath string
 	// DeviceMetadata attaches each prepared device's metadata (see
 	// slices.Metadata) to the prepare result. It reaches containers only
 	// when the helper was started with kubeletplugin.EnableDeviceMetadata.
@@ -162,6 +169,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Driver, error) {
 	}
 	if cfg.LegacyShares > 0 && cfg.Shares == 0 {
 		return nil, errors.New("the legacy device hands every HCA to every rdma/hca pod, so it needs shared mode (--sharing=shared)")
+	}
+	if (cfg.HCAHandles > 0 || cfg.HCAObjects > 0) && (cfg.Shares == 0 || cfg.HookPath == "") {
+		return nil, errors.New("RDMA cgroup limits need shared mode and the hook's host path")
 	}
 	if !cfg.AllowNonHostNetwork && deps.Pods == nil {
 		return nil, errors.New("a pod lookup is required to enforce the hostNetwork policy")

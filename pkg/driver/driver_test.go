@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -59,9 +60,10 @@ type env struct {
 	allowNonHN  bool
 	storeOpts   []checkpoint.Option
 	portPoll    time.Duration
-	shares      int64 // shared mode when > 0
-	legacy      int64 // legacy device when > 0
-	metadata    bool  // device metadata files (KEP-5304)
+	shares      int64  // shared mode when > 0
+	legacy      int64  // legacy device when > 0
+	metadata    bool   // device metadata files (KEP-5304)
+	hook        string // RDMA cgroup limits with this hook path, when set
 
 	drv    *driver.Driver
 	helper *kubeletplugin.Helper
@@ -118,6 +120,7 @@ func (e *env) start() {
 		AllowNonHostNetwork: e.allowNonHN, RescanInterval: time.Hour,
 		Shares: e.shares, LegacyShares: e.legacy, TaintUnhealthy: true, PortPollInterval: e.portPoll,
 		DeviceMetadata: e.metadata,
+		HookPath:       e.hook, HCAHandles: limitIf(e.hook, 64), HCAObjects: limitIf(e.hook, 4096),
 	}, driver.Deps{
 		Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(e.node.SysfsRoot), hca.WithDevRoot(e.node.DevRoot), hca.WithReadFile(e.node.ReadFile)),
 		Pods:       podGetter{e.client},
@@ -980,4 +983,76 @@ func TestDeviceMetadataInContainer(t *testing.T) {
 	if len(left) != 0 {
 		t.Errorf("CDI dir after unprepare: %v", left)
 	}
+}
+
+func limitIf(hook string, n int64) int64 {
+	if hook == "" {
+		return 0
+	}
+	return n
+}
+
+// A claim that consumes hcaHandles/hcaObjects on a shared HCA gets the
+// hook that sets its containers' rdma.max; one that asks nothing does not.
+func TestLimitsBecomeTheHook(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.shares, e.hook = 1000, "/opt/rdma-dra-driver/bin/rdma-dra-hook"
+	e.start()
+
+	published := waitForSlices(t, e)
+	capacity := published[0].Spec.Devices[0].Capacity
+	if _, ok := capacity["rdma.dra.dev/hcaHandles"]; !ok {
+		t.Fatalf("published capacities %v, want hcaHandles", capacity)
+	}
+
+	tests := []struct {
+		name     string
+		consumed map[string]int64
+		want     []string // the hook's args; nil: no hook
+	}{
+		{"handles", map[string]int64{"hcaHandles": 1}, []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=1", "--hca-object=max"}},
+		{"both", map[string]int64{"hcaHandles": 2, "hcaObjects": 100}, []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=2", "--hca-object=100"}},
+		{"none asked", map[string]int64{"hcaHandles": 0, "hcaObjects": 0}, nil},
+	}
+	for i, tt := range tests {
+		c := e.claim(tt.name, hostNetworkPod(tt.name, true), shared("mlx5-8", fmt.Sprint("share-", i)))
+		consumed := map[resourceapi.QualifiedName]resource.Quantity{}
+		for k, v := range tt.consumed {
+			consumed[resourceapi.QualifiedName("rdma.dra.dev/"+k)] = *resource.NewQuantity(v, resource.DecimalSI)
+		}
+		c.Status.Allocation.Devices.Results[0].ConsumedCapacity = consumed
+		if _, err := e.client.ResourceV1().ResourceClaims("default").UpdateStatus(context.Background(), c, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		s := e.container(e.mustPrepare(c)...)
+		var got []string
+		if s.Hooks != nil {
+			for _, h := range s.Hooks.CreateRuntime {
+				if h.Path != e.hook || h.Timeout == nil {
+					t.Errorf("%s: hook %+v, want path %s and a timeout", tt.name, h, e.hook)
+				}
+				got = h.Args
+			}
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%s: createRuntime hook args %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+// waitForSlices waits for the driver's first publish.
+func waitForSlices(t *testing.T, e *env) []resourceapi.ResourceSlice {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		list, err := e.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) > 0 {
+			return list.Items
+		}
+	}
+	t.Fatal("no ResourceSlice published within 10s")
+	return nil
 }

@@ -134,6 +134,9 @@ func (d *Driver) resolveLocked(ctx context.Context, claim *resourceapi.ResourceC
 			ManagementDevices: *cfg.ManagementDevices,
 			Env:               *cfg.Env,
 		}
+		if dev.Limits, err = d.limits(r); err != nil {
+			return c, err
+		}
 		if f := *cfg.AddressFamily; f != configapi.AddressFamilyAuto {
 			dev.AddressFamily = string(f)
 		}
@@ -230,6 +233,29 @@ func (d *Driver) usableLocked() []hca.HCA {
 	return out
 }
 
+// limits reads the RDMA cgroup capacities an allocation consumed.
+func (d *Driver) limits(r resourceapi.DeviceRequestAllocationResult) (*checkpoint.Limits, error) {
+	var l checkpoint.Limits
+	for name, dst := range map[string]*int64{rslices.CapacityHCAHandles: &l.HCAHandles, rslices.CapacityHCAObjects: &l.HCAObjects} {
+		q, ok := r.ConsumedCapacity[resourceapi.QualifiedName(d.cfg.DriverName+"/"+name)]
+		if !ok {
+			continue
+		}
+		v, exact := q.AsInt64()
+		if !exact || v < 0 {
+			return nil, fmt.Errorf("device %s: consumed capacity %s is %s, want a whole number >= 0", r.Device, name, q.String())
+		}
+		*dst = v
+	}
+	if l == (checkpoint.Limits{}) {
+		return nil, nil
+	}
+	if d.cfg.HookPath == "" {
+		return nil, fmt.Errorf("device %s: the claim consumed RDMA cgroup limits (%d handles, %d objects), but this node sets none (no rdma cgroup controller, or no hook)", r.Device, l.HCAHandles, l.HCAObjects)
+	}
+	return &l, nil
+}
+
 func familyName(f string) string {
 	if f == "" {
 		return string(configapi.AddressFamilyAuto)
@@ -294,6 +320,9 @@ func (d *Driver) writeSpecLocked(c checkpoint.Claim, group []hca.HCA) error {
 		var err error
 		if h, ok := d.byDevice[dev.Device]; ok {
 			edits, err = cdi.DeviceEdits(h, opts)
+			if err == nil && dev.Limits != nil {
+				edits.Hooks = append(edits.Hooks, cdi.LimitHook(d.cfg.HookPath, h.Name, dev.Limits.HCAHandles, dev.Limits.HCAObjects))
+			}
 		} else if dev.IBDev == "" && d.isLegacy(dev.Device) {
 			if usable := d.usableLocked(); len(usable) > 0 {
 				edits, err = cdi.NodeEdits(usable, opts)

@@ -115,6 +115,7 @@ func logInventory(logger klog.Logger, old, inv hca.Inventory) {
 func (d *Driver) resourcesLocked() resourceslice.DriverResources {
 	return rslices.Resources(d.cfg.NodeName, d.inv, rslices.Options{
 		DriverName: d.cfg.DriverName, Shares: d.cfg.Shares, LegacyShares: d.cfg.LegacyShares,
+		HCAHandles: d.cfg.HCAHandles, HCAObjects: d.cfg.HCAObjects,
 		TaintedSince: d.taintedSince,
 	})
 }

@@ -86,9 +86,14 @@ func newMapper(driver string, netns hca.NetnsMode) *mapper {
 // first served.
 type attrSet map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
 
-// maxAttributes is the per-device budget of attributes; devices have no
-// capacities yet, so all of resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice.
-const maxAttributes = resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice
+// maxCapacities is the most capacities a device has: shares, hcaHandles,
+// hcaObjects.
+const maxCapacities = 3
+
+// maxAttributes is the per-device budget of attributes: what the API allows
+// for attributes and capacities together, less the capacities and the
+// legacy marker Devices adds.
+const maxAttributes = resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice - maxCapacities - 1
 
 func (s attrSet) put(name resourceapi.QualifiedName, v resourceapi.DeviceAttribute) {
 	if len(s) < maxAttributes {

@@ -1,6 +1,7 @@
 package slices
 
 import (
+	"slices"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -102,5 +103,44 @@ func TestLegacyMetadata(t *testing.T) {
 		if a := got[k]; a.StringValue == nil || *a.StringValue != want {
 			t.Errorf("%s = %+v, want %q", k, a, want)
 		}
+	}
+}
+
+func TestLimitCapacities(t *testing.T) {
+	inv := hca.Inventory{HCAs: []hca.HCA{bf3()}}
+	tests := []struct {
+		name string
+		opts Options
+		want []string // capacity names
+	}{
+		{"exclusive: none", Options{HCAHandles: 64, HCAObjects: 4096}, nil},
+		{"shared without the rdma controller", Options{Shares: 10}, []string{"rdma.dra.dev/shares"}},
+		{"shared with limits", Options{Shares: 10, HCAHandles: 64, HCAObjects: 4096},
+			[]string{"rdma.dra.dev/hcaHandles", "rdma.dra.dev/hcaObjects", "rdma.dra.dev/shares"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			devs := Devices(inv, tt.opts)
+			if len(devs) != 1 {
+				t.Fatalf("%d devices", len(devs))
+			}
+			var got []string
+			for name := range devs[0].Capacity {
+				got = append(got, string(name))
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("capacities %v, want %v", got, tt.want)
+			}
+			if c, ok := devs[0].Capacity["rdma.dra.dev/hcaHandles"]; ok {
+				p := c.RequestPolicy
+				if c.Value.Value() != 64 || p.Default.Value() != 0 || p.ValidRange.Min.Value() != 0 || p.ValidRange.Max.Value() != 64 {
+					t.Errorf("hcaHandles = %+v, want 64 with default 0 and range 0..64: a claim that asks nothing is not limited", c)
+				}
+			}
+			if n := len(devs[0].Attributes) + len(devs[0].Capacity); n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
+				t.Errorf("%d attributes and capacities, over the API's %d", n, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)
+			}
+		})
 	}
 }

@@ -16,6 +16,10 @@ const (
 	AttrHCAs = "hcas"
 	// CapacityShares is the consumable capacity of shared devices.
 	CapacityShares = "shares"
+	// CapacityHCAHandles and CapacityHCAObjects are the RDMA cgroup limits
+	// a claim on a shared HCA may ask for (rdma.max hca_handle, hca_object).
+	CapacityHCAHandles = "hcaHandles"
+	CapacityHCAObjects = "hcaObjects"
 	// LegacyDeviceName cannot collide with an HCA: ibdev names never
 	// start with "legacy-".
 	LegacyDeviceName = "legacy-rdma-hca"
@@ -38,6 +42,27 @@ func shared(d *resourceapi.Device, driver string, shares int64) {
 				},
 			},
 		},
+	}
+}
+
+// limits adds the RDMA cgroup capacities to a shared device: by default a
+// claim consumes (and is limited to) nothing; it may ask for 0 to all.
+func limits(d *resourceapi.Device, driver string, handles, objects int64) {
+	for name, total := range map[string]int64{CapacityHCAHandles: handles, CapacityHCAObjects: objects} {
+		if total <= 0 {
+			continue
+		}
+		d.Capacity[resourceapi.QualifiedName(driver+"/"+name)] = resourceapi.DeviceCapacity{
+			Value: *resource.NewQuantity(total, resource.DecimalSI),
+			RequestPolicy: &resourceapi.CapacityRequestPolicy{
+				Default: resource.NewQuantity(0, resource.DecimalSI),
+				ValidRange: &resourceapi.CapacityRequestPolicyRange{
+					Min:  resource.NewQuantity(0, resource.DecimalSI),
+					Max:  resource.NewQuantity(total, resource.DecimalSI),
+					Step: resource.NewQuantity(1, resource.DecimalSI),
+				},
+			},
+		}
 	}
 }
 

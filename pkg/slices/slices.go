@@ -36,6 +36,14 @@ type Options struct {
 	// claim consuming one by default. Zero is exclusive: one claim per HCA.
 	Shares int64
 
+	// HCAHandles and HCAObjects > 0 (shared mode only) also publish every
+	// HCA's capacities CapacityHCAHandles and CapacityHCAObjects: a claim
+	// that consumes N of one gets rdma.max hca_handle=N (hca_object=N) on
+	// that HCA in its containers. Nothing is consumed, and nothing limited,
+	// unless the claim asks. Set them only where the kernel has the rdma
+	// cgroup controller.
+	HCAHandles, HCAObjects int64
+
 	// LegacyShares > 0 adds LegacyDeviceName, one multi-allocatable device
 	// that stands for all usable HCAs of the node, for rdma/hca through a
 	// DeviceClass with extendedResourceName (legacy route 2).
@@ -135,6 +143,7 @@ func Devices(inv hca.Inventory, opts Options) []resourceapi.Device {
 		devs[i] = resourceapi.Device{Name: n.name, Attributes: attrs}
 		if opts.Shares > 0 {
 			shared(&devs[i], opts.driverName(), opts.Shares)
+			limits(&devs[i], opts.driverName(), opts.HCAHandles, opts.HCAObjects)
 		}
 		if since, ok := opts.TaintedSince[n.name]; ok && n.hca.Problem() != "" {
 			devs[i].Taints = []resourceapi.DeviceTaint{portDownTaint(opts.driverName(), n.hca, since)}
