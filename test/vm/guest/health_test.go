@@ -3,7 +3,8 @@ package guest
 // Port health on the real kernel: `ip link set eth1 down` turns rxe1's port
 // DOWN; the driver's NoSchedule taint on the published ResourceSlice and
 // its health report to the kubelet follow within the 1 s the issue asks,
-// and both clear on `up`.
+// and both clear on `up` (measured, not bounded: the kernel itself takes
+// a while to bring the port back to ACTIVE).
 
 import (
 	"context"
@@ -95,6 +96,19 @@ func TestPortDownTaintAndHealth(t *testing.T) {
 		{"up", "ACTIVE", false, healthpb.HealthStatus_HEALTHY},
 	} {
 		start := time.Now()
+		// When the kernel's port state changes, to tell its share of the
+		// latency from the driver's.
+		kernelAt := make(chan time.Duration, 1)
+		go func() {
+			for time.Since(start) < 30*time.Second {
+				if st, _ := readTrim("/sys/class/infiniband/rxe1/ports/1/state"); strings.HasSuffix(st, step.port) {
+					kernelAt <- time.Since(start)
+					return
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			kernelAt <- -1
+		}()
 		setLink(t, "eth1", step.state)
 		// The taint, from the published slice (polled every 20 ms).
 		var taintAfter time.Duration
@@ -133,10 +147,12 @@ func TestPortDownTaintAndHealth(t *testing.T) {
 		if err != nil || !strings.HasSuffix(state, step.port) {
 			t.Errorf("eth1 %s: rxe1 port state %q (%v), want %s", step.state, state, err, step.port)
 		}
-		t.Logf("ip link set eth1 %s: rxe1 port %s; taint %v after %v, health %v after %v",
-			step.state, state, map[bool]string{true: "set", false: "cleared"}[step.tainted], taintAfter.Round(time.Millisecond),
-			step.wantHealth, healthAfter.Round(time.Millisecond))
-		if taintAfter > portBound || healthAfter > portBound {
+		k := <-kernelAt
+		t.Logf("ip link set eth1 %s: rxe1 port %s after %v (kernel); taint %v after %v, health %v after %v",
+			step.state, state, k.Round(time.Millisecond), map[bool]string{true: "set", false: "cleared"}[step.tainted],
+			taintAfter.Round(time.Millisecond), step.wantHealth, healthAfter.Round(time.Millisecond))
+		// The issue bounds port DOWN -> taint; recovery is only required.
+		if step.tainted && (taintAfter > portBound || healthAfter > portBound) {
 			t.Errorf("eth1 %s: taint after %v, health after %v; the bound is %v", step.state, taintAfter, healthAfter, portBound)
 		}
 	}
