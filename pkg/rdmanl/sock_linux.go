@@ -30,15 +30,21 @@ func (s *socket) send(b []byte) error {
 	return unix.Sendto(s.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
 }
 
-// recv reads one datagram; n is its full length even when it did not fit
-// (MSG_TRUNC).
+// recv reads one datagram from the kernel; n is its full length even when
+// it did not fit (MSG_TRUNC). Datagrams from other processes are dropped.
 func (s *socket) recv(buf []byte) (int, error) {
 	for {
-		n, _, err := unix.Recvfrom(s.fd, buf, unix.MSG_TRUNC)
+		n, from, err := unix.Recvfrom(s.fd, buf, unix.MSG_TRUNC)
 		if err == unix.EINTR {
 			continue
 		}
-		return n, err
+		if err != nil {
+			return n, err
+		}
+		if sa, ok := from.(*unix.SockaddrNetlink); ok && sa.Pid != 0 {
+			continue
+		}
+		return n, nil
 	}
 }
 
