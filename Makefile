@@ -12,7 +12,7 @@ ifneq ($(wildcard /dev/shm/.),)
 export TMPDIR ?= /dev/shm
 endif
 
-.PHONY: all build test test-unit test-e2e test-vm demo bench fuzz lint image clean
+.PHONY: all build test test-unit test-e2e test-vm demo bench fuzz lint image docker-image clean
 
 all: build
 
@@ -66,8 +66,17 @@ lint:
 	  $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...; \
 	else echo "staticcheck $(STATICCHECK_VERSION) could not be installed from the module proxy; skipped"; fi
 
-# Needs a Docker engine (there is none on the development machines).
+# The driver's image without Docker: static binaries in /usr/bin, written as
+# an OCI image-layout tarball (`ctr -n k8s.io images import` loads it; the
+# real-node tests run exactly this file).
+IMAGE_TAR ?= $(BIN)/rdma-dra-driver-image.tar
 image:
+	rm -rf $(BIN)/image
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/image/ ./cmd/...
+	cd test && $(GO) run ./cmd/rdma-image --name $(IMAGE) --bin $(abspath $(BIN)/image) --out $(abspath $(IMAGE_TAR))
+
+# The same image with a Docker engine (there is none on the development machines).
+docker-image:
 	docker build -t $(IMAGE) .
 
 clean:

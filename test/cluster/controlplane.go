@@ -40,9 +40,25 @@ type ControlPlane struct {
 	teardown func()
 }
 
+// ControlPlaneOptions change the kube-apiserver for a real node.
+type ControlPlaneOptions struct {
+	// ServiceAccounts turns the ServiceAccount admission plugin on (pods
+	// get a projected token, as in a real cluster); it needs
+	// StartNodeControllers for the default ServiceAccount and the
+	// kube-root-ca.crt ConfigMap.
+	ServiceAccounts bool
+	// ExtraFlags are appended to the kube-apiserver flags.
+	ExtraFlags []string
+}
+
 // StartControlPlane starts etcd under dir and a kube-apiserver with every
 // resource.k8s.io version served. Stop it with Stop (tb's cleanups do too).
 func StartControlPlane(tb TB, dir string) (*ControlPlane, error) {
+	return StartControlPlaneWith(tb, dir, ControlPlaneOptions{})
+}
+
+// StartControlPlaneWith is StartControlPlane with options.
+func StartControlPlaneWith(tb TB, dir string, opts ControlPlaneOptions) (*ControlPlane, error) {
 	etcd, endpoint, err := startEtcd(filepath.Join(dir, "etcd"))
 	if err != nil {
 		return nil, err
@@ -54,8 +70,11 @@ func StartControlPlane(tb TB, dir string) (*ControlPlane, error) {
 		"--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true",
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
-		"--disable-admission-plugins=ServiceAccount",
 	}
+	if !opts.ServiceAccounts {
+		flags = append(flags, "--disable-admission-plugins=ServiceAccount")
+	}
+	flags = append(flags, opts.ExtraFlags...)
 	server, err := kubeapiservertesting.StartTestServer(tb, &kubeapiservertesting.TestServerInstanceOptions{
 		EnableCertAuth:         true,
 		DisableInvariantChecks: true,

@@ -1,0 +1,97 @@
+package node
+
+// Images the node runs, built locally as OCI tarballs (no registry is
+// needed): the sandbox's pause image, busybox for workloads, and the
+// driver's image from `make image`.
+
+import (
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
+	"github.com/rdma-dra/rdma-dra-driver/test/ociimage"
+)
+
+// DriverImage is the name `make image` gives the driver's image by default.
+const DriverImage = "ghcr.io/rdma-dra/rdma-dra-driver:dev"
+
+// baseImages writes the pause and busybox images into the work dir.
+func (n *Node) baseImages() ([]string, error) {
+	pause := n.path("images", "pause.tar")
+	if err := ociimage.Write(pause, ociimage.Image{
+		Name:       PauseImage,
+		Entrypoint: []string{"/pause"},
+		User:       "65535:65535",
+		Files:      []ociimage.File{{Path: "/pause", Mode: 0o755, Source: n.Bin.Pause}},
+	}); err != nil {
+		return nil, fmt.Errorf("pause image: %w", err)
+	}
+	img, err := busyboxImage()
+	if err != nil {
+		return nil, err
+	}
+	busybox := n.path("images", "busybox.tar")
+	if err := ociimage.Write(busybox, img); err != nil {
+		return nil, fmt.Errorf("busybox image: %w", err)
+	}
+	return []string{pause, busybox}, nil
+}
+
+// busyboxImage is the host's static busybox with a link per applet.
+func busyboxImage() (ociimage.Image, error) {
+	path, err := exec.LookPath("busybox")
+	if err != nil {
+		return ociimage.Image{}, fmt.Errorf("busybox image: busybox is not installed (apt-get install busybox-static): %w", err)
+	}
+	if path, err = filepath.EvalSymlinks(path); err != nil {
+		return ociimage.Image{}, err
+	}
+	f, err := elf.Open(path)
+	if err != nil {
+		return ociimage.Image{}, fmt.Errorf("busybox image: %s: %w", path, err)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			f.Close()
+			return ociimage.Image{}, fmt.Errorf("busybox image: %s is dynamically linked (apt-get install busybox-static)", path)
+		}
+	}
+	f.Close()
+	out, err := exec.Command(path, "--list").Output()
+	if err != nil {
+		return ociimage.Image{}, fmt.Errorf("busybox image: %s --list: %w", path, err)
+	}
+	img := ociimage.Image{
+		Name: BusyboxImage,
+		Cmd:  []string{"sh"},
+		Files: []ociimage.File{
+			{Path: "/bin/busybox", Mode: 0o755, Source: path},
+			{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")},
+			{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nnobody:x:65534:\n")},
+			{Path: "/root", Dir: true, Mode: 0o700},
+			{Path: "/tmp", Dir: true, Mode: 0o777 | os.ModeSticky},
+		},
+	}
+	for _, applet := range strings.Fields(string(out)) {
+		if applet != "busybox" && !strings.Contains(applet, "/") {
+			img.Files = append(img.Files, ociimage.File{Path: "/bin/" + applet, Mode: os.ModeSymlink, Linkname: "busybox"})
+		}
+	}
+	return img, nil
+}
+
+// BuildDriverImage runs `make image` in the repository and returns the
+// tarball it wrote (bin/rdma-dra-driver-image.tar), named DriverImage.
+func BuildDriverImage() (string, error) {
+	root := cluster.RepoRoot()
+	cmd := exec.Command("make", "-s", "-C", root, "image")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("make image: %v\n%s", err, lastLines(string(out), 30))
+	}
+	return filepath.Join(root, "bin", "rdma-dra-driver-image.tar"), nil
+}

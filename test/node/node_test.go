@@ -1,0 +1,102 @@
+package node_test
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
+	"github.com/rdma-dra/rdma-dra-driver/test/node"
+)
+
+// TestNodeRunsPod: the real kubelet registers with the versions it is built
+// with, runs a busybox pod on the CNI bridge, and its log comes back
+// through the API server (pods/log, proxied to the kubelet).
+func TestNodeRunsPod(t *testing.T) {
+	if err := node.Check(); err != nil {
+		t.Skip(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cp, err := cluster.StartControlPlaneWith(t, t.TempDir(), node.ControlPlaneOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Stop)
+	if err := cluster.StartControllers(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.StartNodeControllers(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.Start(ctx, t, cp, node.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cp.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := got.Status.NodeInfo
+	if info.KubeletVersion != node.KubeletVersion || info.ContainerRuntimeVersion != "containerd://"+node.ContainerdVersion {
+		t.Errorf("node reports kubelet %q, runtime %q", info.KubeletVersion, info.ContainerRuntimeVersion)
+	}
+
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default"},
+		Spec: v1.PodSpec{
+			RestartPolicy: v1.RestartPolicyNever,
+			Containers: []v1.Container{{
+				Name: "hello", Image: "busybox", ImagePullPolicy: v1.PullNever,
+				Command: []string{"sh", "-c", "echo hello from $(hostname); ip -4 addr show eth0 | grep -c inet"},
+			}},
+			NodeName: n.Name,
+		},
+	}
+	start := time.Now()
+	if _, err := cp.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	phase := waitPod(t, cp, "default", "hello")
+	t.Logf("pod hello: %s after %s", phase, time.Since(start).Round(10*time.Millisecond))
+	if phase != v1.PodSucceeded {
+		t.Fatalf("pod hello: %s", phase)
+	}
+	logs := podLogs(t, cp, "default", "hello", "hello")
+	if !strings.Contains(logs, "hello from hello") || !strings.Contains(logs, "\n1") {
+		t.Errorf("pod log %q: want the greeting and one IPv4 address on eth0", logs)
+	}
+}
+
+func waitPod(t *testing.T, cp *cluster.ControlPlane, ns, name string) v1.PodPhase {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		p, err := cp.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err == nil && (p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed) {
+			return p.Status.Phase
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("pod %s/%s did not finish in 2m", ns, name)
+	return ""
+}
+
+func podLogs(t *testing.T, cp *cluster.ControlPlane, ns, name, container string) string {
+	t.Helper()
+	rc, err := cp.Client.CoreV1().Pods(ns).GetLogs(name, &v1.PodLogOptions{Container: container}).Stream(context.Background())
+	if err != nil {
+		t.Fatalf("pods/log of %s/%s: %v", ns, name, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
