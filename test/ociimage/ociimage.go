@@ -82,7 +82,7 @@ func Write(path string, img Image) error {
 	}
 	tag := img.Name[strings.LastIndex(img.Name, ":")+1:]
 	md := descriptor("application/vnd.oci.image.manifest.v1+json", manifestBlob, map[string]string{
-		"io.containerd.image.name":         img.Name,
+		"io.containerd.image.name":          img.Name,
 		"org.opencontainers.image.ref.name": tag,
 	})
 	md["platform"] = map[string]string{"architecture": runtime.GOARCH, "os": "linux"}
