@@ -14,7 +14,7 @@ import (
 )
 
 // knownFields lists the fields of HcaConfig for the unknown-field error.
-const knownFields = "apiVersion, kind, managementDevices, env, addressFamily"
+const knownFields = "apiVersion, kind, managementDevices, env, addressFamily, pkey"
 
 // Decode parses opaque parameters into an HcaConfig, strictly: unknown and
 // duplicate fields, a missing or wrong apiVersion or kind, a value of the
@@ -161,6 +161,8 @@ func decodeJSON(raw []byte) (*HcaConfig, error) {
 			c.Env, err = boolField(key, v)
 		case "addressFamily":
 			c.AddressFamily, err = familyField(key, v)
+		case "pkey":
+			c.PKey, err = pkeyField(v)
 		default:
 			err = fmt.Errorf("HcaConfig: unknown field %q (known fields: %s)", key, knownFields)
 		}
@@ -207,6 +209,21 @@ func familyField(name string, v json.RawMessage) (*AddressFamily, error) {
 		return nil, fmt.Errorf("%s: want one of %s, got %s", name, listFamilies(), shorten(v))
 	}
 	return &f, nil
+}
+
+// pkeyField decodes an optional P_Key string; null means unset.
+func pkeyField(v json.RawMessage) (*string, error) {
+	if string(v) == "null" {
+		return nil, nil
+	}
+	s, err := stringField("pkey", v)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ParsePKey(s); err != nil {
+		return nil, err
+	}
+	return &s, nil
 }
 
 func jsonError(err error) error {

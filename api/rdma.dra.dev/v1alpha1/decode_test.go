@@ -69,6 +69,26 @@ func TestDecode(t *testing.T) {
 			wantErr: `addressFamily: want a string, got 6`,
 		},
 		{
+			name: "pkey",
+			in:   `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","pkey":"0x8001"}`,
+			want: &HcaConfig{TypeMeta: typeMeta, PKey: ptr("0x8001")},
+		},
+		{
+			name:    "pkey as a number (YAML would make 8001 one)",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","pkey":8001}`,
+			wantErr: `pkey: want a string, got 8001`,
+		},
+		{
+			name:    "pkey too long",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","pkey":"0x18001"}`,
+			wantErr: `pkey: want a P_Key of 1 to 4 hex digits such as "0x8001", got "0x18001"`,
+		},
+		{
+			name:    "pkey of no partition",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","pkey":"0x8000"}`,
+			wantErr: `pkey: "0x8000" is not a partition`,
+		},
+		{
 			name:    "unknown field",
 			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","managmentDevices":true}`,
 			wantErr: `HcaConfig: unknown field "managmentDevices"`,

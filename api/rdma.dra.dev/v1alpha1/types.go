@@ -37,6 +37,13 @@ type HcaConfig struct {
 	// IPv6. Set IPv6 for clusters whose pods are IPv6-only (the ACK Lingjun
 	// non-hostNetwork mode), best in the DeviceClass's config.
 	AddressFamily *AddressFamily `json:"addressFamily,omitempty"`
+
+	// PKey is the InfiniBand partition the claim's traffic uses, as a hex
+	// P_Key ("0x8001"; the 0x8000 bit asks for full membership). Prepare
+	// fails, naming the HCA, port and key, unless every port of every
+	// allocated HCA has it in its P_Key table; NCCL_IB_PKEY (its index) and
+	// UCX_IB_PKEY are then set. Default: none (the default partition).
+	PKey *string `json:"pkey,omitempty"`
 }
 
 // AddressFamily is an IP address family for RoCE traffic.
@@ -79,7 +86,26 @@ func (c *HcaConfig) Validate() error {
 	if c.AddressFamily != nil && !slices.Contains(addressFamilies, *c.AddressFamily) {
 		return fmt.Errorf("addressFamily: want one of %s, got %q", listFamilies(), *c.AddressFamily)
 	}
+	if c.PKey != nil {
+		if _, err := ParsePKey(*c.PKey); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// ParsePKey reads HcaConfig.PKey: 1 to 4 hex digits, with or without
+// "0x", naming a partition other than the invalid 0x0000/0x8000.
+func ParsePKey(s string) (uint16, error) {
+	h := strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")
+	v, err := strconv.ParseUint(h, 16, 16)
+	if h == "" || len(h) > 4 || err != nil {
+		return 0, fmt.Errorf("pkey: want a P_Key of 1 to 4 hex digits such as \"0x8001\", got %q", s)
+	}
+	if v&0x7fff == 0 {
+		return 0, fmt.Errorf("pkey: %q is not a partition (its low 15 bits are zero)", s)
+	}
+	return uint16(v), nil
 }
 
 func listFamilies() string {
@@ -121,6 +147,9 @@ func Merge(configs ...*HcaConfig) *HcaConfig {
 		}
 		if c.AddressFamily != nil {
 			out.AddressFamily = ptr(*c.AddressFamily)
+		}
+		if c.PKey != nil {
+			out.PKey = ptr(*c.PKey)
 		}
 	}
 	return out
