@@ -4,6 +4,10 @@
 // k8s.io/kubernetes in the e2e module, which applies what this prints.
 //
 //	helmrender --chart DIR --namespace NS --values '{"sharing":"shared"}'
+//
+// With --install-order the manifests come in the order `helm install`
+// creates them (Helm's own sorter: ServiceAccounts and RBAC before the
+// DaemonSet), so applying them one by one is what an install does.
 package main
 
 import (
@@ -18,6 +22,7 @@ import (
 	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/engine"
+	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
 )
 
 func main() {
@@ -25,7 +30,12 @@ func main() {
 	namespace := flag.String("namespace", "rdma-system", "release namespace")
 	release := flag.String("release", "rdma", "release name")
 	values := flag.String("values", "{}", "values as JSON")
+	installOrder := flag.Bool("install-order", false, "print the manifests in Helm's install order")
 	flag.Parse()
+	render := render
+	if *installOrder {
+		render = renderInstallOrder
+	}
 	out, err := render(*chartDir, *release, *namespace, *values)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helmrender:", err)
@@ -37,19 +47,7 @@ func main() {
 // render returns the chart's manifests, templates in name order, each
 // document separated by "---".
 func render(chartDir, release, namespace, valuesJSON string) (string, error) {
-	chrt, err := loader.Load(chartDir)
-	if err != nil {
-		return "", err
-	}
-	var vals map[string]any
-	if err := json.Unmarshal([]byte(valuesJSON), &vals); err != nil {
-		return "", fmt.Errorf("--values: %w", err)
-	}
-	top, err := chartutil.ToRenderValues(chrt, vals, common.ReleaseOptions{Name: release, Namespace: namespace, IsInstall: true}, nil)
-	if err != nil {
-		return "", err
-	}
-	files, err := engine.Render(chrt, top)
+	files, err := renderFiles(chartDir, release, namespace, valuesJSON)
 	if err != nil {
 		return "", err
 	}
@@ -67,4 +65,48 @@ func render(chartDir, release, namespace, valuesJSON string) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// renderInstallOrder returns the manifests sorted as `helm install` applies
+// them (releaseutil.InstallOrder); the chart has no hooks.
+func renderInstallOrder(chartDir, release, namespace, valuesJSON string) (string, error) {
+	files, err := renderFiles(chartDir, release, namespace, valuesJSON)
+	if err != nil {
+		return "", err
+	}
+	for name := range files {
+		if !strings.HasSuffix(name, ".yaml") {
+			delete(files, name)
+		}
+	}
+	hooks, manifests, err := releaseutil.SortManifests(files, nil, releaseutil.InstallOrder)
+	if err != nil {
+		return "", err
+	}
+	if len(hooks) > 0 {
+		return "", fmt.Errorf("the chart has %d hooks; helmrender does not run hooks", len(hooks))
+	}
+	var b strings.Builder
+	for _, m := range manifests {
+		fmt.Fprintf(&b, "---\n# Source: %s\n%s\n", m.Name, strings.TrimSpace(m.Content))
+	}
+	return b.String(), nil
+}
+
+// renderFiles renders every template with the values (validated against
+// the chart's schema).
+func renderFiles(chartDir, release, namespace, valuesJSON string) (map[string]string, error) {
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		return nil, err
+	}
+	var vals map[string]any
+	if err := json.Unmarshal([]byte(valuesJSON), &vals); err != nil {
+		return nil, fmt.Errorf("--values: %w", err)
+	}
+	top, err := chartutil.ToRenderValues(chrt, vals, common.ReleaseOptions{Name: release, Namespace: namespace, IsInstall: true}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return engine.Render(chrt, top)
 }

@@ -20,7 +20,7 @@ func TestRenderMatrix(t *testing.T) {
 		wantErr string
 	}{
 		{values: `{}`, want: []string{"kind: DaemonSet", "name: hca.rdma.dra.dev", "--sharing=exclusive", "--legacy=off", "validationActions: [Warn]", "--kernel-events=true", "maxSurge: 1"},
-			notWant: []string{"extendedResourceName", "device-plugins", "hostNetwork: true"}},
+			notWant: []string{"extendedResourceName", "device-plugins", "hostNetwork: true", "--sysfs-root", "--dev-root"}},
 		{values: `{"hostNetwork":true,"kernelEvents":false}`, want: []string{"hostNetwork: true", "dnsPolicy: ClusterFirstWithHostNet", "maxSurge: 0", "maxUnavailable: 1", "--kernel-events=false"}},
 		{values: `{"hostNetwork":"yes"}`, wantErr: "hostNetwork"},
 		{values: `{"sharing":"shared","legacy":{"route":"dra"}}`, want: []string{"extendedResourceName: rdma/hca", "name: legacy.rdma.dra.dev"}},
@@ -29,6 +29,8 @@ func TestRenderMatrix(t *testing.T) {
 		{values: `{"allowNonHostNetwork":true}`, want: []string{"--allow-non-host-network=true"}, notWant: []string{"only allowed for hostNetwork pods"}},
 		{values: `{"logging":{"format":"json","verbosity":4}}`, want: []string{"--logging-format=json", "--v=4"}},
 		{values: `{"legacy":{"route":"dra"}}`, wantErr: "needs sharing=shared"},
+		{values: `{"sysfsRoot":"/node/sys","devRoot":"/node/dev"}`, want: []string{"--sysfs-root=/node/sys", "--dev-root=/node/dev", "path: /node/sys", "mountPath: /node/dev"}},
+		{values: `{"devRoot":"dev"}`, wantErr: "devRoot"},
 		{values: `{"sharing":"sometimes"}`, wantErr: "sharing"},
 		{values: `{"shairng":"shared"}`, wantErr: "shairng"},
 	}
@@ -96,4 +98,17 @@ func deviceClasses(t *testing.T, multi string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// TestInstallOrder: ServiceAccount and RBAC come before the DaemonSet, as
+// `helm install` creates them.
+func TestInstallOrder(t *testing.T) {
+	out, err := renderInstallOrder(chart, "rdma", "rdma-system", `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, role, ds := strings.Index(out, "kind: ServiceAccount"), strings.Index(out, "kind: ClusterRole\n"), strings.Index(out, "kind: DaemonSet")
+	if sa < 0 || role < 0 || ds < 0 || sa > ds || role > ds {
+		t.Errorf("install order: ServiceAccount at %d, ClusterRole at %d, DaemonSet at %d", sa, role, ds)
+	}
 }
