@@ -121,3 +121,14 @@ func TestInitScriptReportsFailures(t *testing.T) {
 		}
 	}
 }
+
+func TestParseStanzas(t *testing.T) {
+	out := []byte("Package: linux-image-amd64\nVersion: 6.1.192-3\nDepends: linux-image-6.1.0-57-amd64 (= 6.1.192-3)\n" +
+		"Description-en: Linux for\n 64-bit PCs (meta-package)\nFilename: pool/main/l/linux-signed-amd64/linux-image-amd64_6.1.192-3_amd64.deb\n\n" +
+		"Package: libibverbs1\nVersion: 44.0-2\nFilename: pool/main/r/rdma-core/libibverbs1_44.0-2_amd64.deb\n")
+	ps := parseStanzas(out)
+	if len(ps) != 2 || ps[0].Name != "linux-image-amd64" || ps[0].Version != "6.1.192-3" ||
+		ps[0].Depends != "linux-image-6.1.0-57-amd64 (= 6.1.192-3)" || ps[1].Filename != "pool/main/r/rdma-core/libibverbs1_44.0-2_amd64.deb" {
+		t.Errorf("parseStanzas = %+v", ps)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -57,9 +58,20 @@ type GuestFile struct {
 	Src  string // on the host
 }
 
-// Build assembles the image in dir: guest program (a static binary) runs
-// as `prog args...` with env after the setup; files are added as they are.
-func (c *Cache) Build(ctx context.Context, dir string, files []GuestFile, prog string, args, env []string, withSiw bool) (*Image, error) {
+// ImageSpec says what goes into an image beyond the fixed setup.
+type ImageSpec struct {
+	Files []GuestFile // added as they are
+	Prog  string      // run as Prog Args... with Env after the setup
+	Args  []string
+	Env   []string
+	Siw   bool // build and load soft-iWARP
+	// Without leaves modules out (a test of the harness's error path).
+	Without []string
+}
+
+// Build assembles the image in dir.
+func (c *Cache) Build(ctx context.Context, dir string, spec ImageSpec) (*Image, error) {
+	files, prog, args, env, withSiw := spec.Files, spec.Prog, spec.Args, append([]string{}, spec.Env...), spec.Siw
 	meta, err := c.Show(ctx, KernelPackage)
 	if err != nil {
 		return nil, err
@@ -83,7 +95,12 @@ func (c *Cache) Build(ctx context.Context, dir string, files []GuestFile, prog s
 	if err != nil {
 		return nil, err
 	}
-	roots := append([]string{}, moduleRoots...)
+	var roots []string
+	for _, m := range moduleRoots {
+		if !slices.Contains(spec.Without, m) {
+			roots = append(roots, m)
+		}
+	}
 	if withSiw {
 		if ko, err := c.BuildSiw(ctx, kimg, release); err != nil {
 			im.SiwSkipped = "siw.ko could not be built: " + err.Error()

@@ -16,6 +16,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // DefaultCacheDir is where packages, unpacked trees and built modules
@@ -42,6 +43,9 @@ type Cache struct {
 	Dir string
 	// Log, if set, is told about downloads and builds (slow steps).
 	Log func(format string, args ...any)
+
+	mu    sync.Mutex
+	shown map[string]Package // apt-cache show answers, by name
 }
 
 func (c *Cache) logf(format string, args ...any) {
@@ -62,19 +66,69 @@ type Package struct {
 
 // Show resolves name to the candidate version apt would install.
 func (c *Cache) Show(ctx context.Context, name string) (Package, error) {
-	out, err := run(ctx, "", "apt-cache", "show", "--no-all-versions", name)
+	ps, err := c.ShowAll(ctx, name)
 	if err != nil {
-		return Package{}, fmt.Errorf("package %s: %w (is it in the apt sources? run apt-get update)", name, err)
+		return Package{}, err
 	}
-	p := Package{Name: name}
+	return ps[0], nil
+}
+
+// ShowAll resolves names with one apt-cache call, remembering the answers.
+func (c *Cache) ShowAll(ctx context.Context, names ...string) ([]Package, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.shown == nil {
+		c.shown = map[string]Package{}
+	}
+	var ask []string
+	for _, n := range names {
+		if _, ok := c.shown[n]; !ok {
+			ask = append(ask, n)
+		}
+	}
+	if len(ask) > 0 {
+		out, err := run(ctx, "", "apt-cache", append([]string{"show", "--no-all-versions"}, ask...)...)
+		if err != nil {
+			return nil, fmt.Errorf("packages %v: %w (are they in the apt sources? run apt-get update)", ask, err)
+		}
+		for _, p := range parseStanzas(out) {
+			if _, dup := c.shown[p.Name]; !dup && p.Version != "" && p.Filename != "" {
+				c.shown[p.Name] = p
+			}
+		}
+	}
+	var ps []Package
+	for _, n := range names {
+		p, ok := c.shown[n]
+		if !ok {
+			return nil, fmt.Errorf("package %s: apt-cache show gave no Version/Filename", n)
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
+// parseStanzas reads apt-cache show's output: stanzas split by blank lines.
+func parseStanzas(out []byte) []Package {
+	var ps []Package
+	var p Package
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
+		if sc.Text() == "" {
+			if p.Name != "" {
+				ps = append(ps, p)
+			}
+			p = Package{}
+			continue
+		}
 		k, v, ok := strings.Cut(sc.Text(), ": ")
 		if !ok {
 			continue
 		}
 		switch k {
+		case "Package":
+			p.Name = v
 		case "Version":
 			p.Version = v
 		case "Depends":
@@ -83,10 +137,10 @@ func (c *Cache) Show(ctx context.Context, name string) (Package, error) {
 			p.Filename = v
 		}
 	}
-	if p.Version == "" || p.Filename == "" {
-		return Package{}, fmt.Errorf("package %s: apt-cache show gave no Version/Filename", name)
+	if p.Name != "" {
+		ps = append(ps, p)
 	}
-	return p, nil
+	return ps
 }
 
 // Fetch downloads the package's .deb into the cache unless it is there.
@@ -150,6 +204,9 @@ func (c *Cache) Unpack(ctx context.Context, p *Package) error {
 
 // Get fetches and unpacks each package.
 func (c *Cache) Get(ctx context.Context, names ...string) ([]Package, error) {
+	if _, err := c.ShowAll(ctx, names...); err != nil {
+		return nil, err
+	}
 	var out []Package
 	for _, n := range names {
 		p, err := c.Fetch(ctx, n)

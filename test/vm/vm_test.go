@@ -60,7 +60,7 @@ func TestVM(t *testing.T) {
 	}
 	built := time.Now()
 	withSiw := os.Getenv("RDMA_DRA_VM_SIW") != "0"
-	im, err := cache.Build(ctx, dir, files, prog, args, []string{"RDMA_DRA_VM_GUEST=1"}, withSiw)
+	im, err := cache.Build(ctx, dir, ImageSpec{Files: files, Prog: prog, Args: args, Env: []string{"RDMA_DRA_VM_GUEST=1"}, Siw: withSiw})
 	if err != nil {
 		t.Fatalf("building the VM image: %v", err)
 	}
