@@ -70,7 +70,11 @@ type PortSpec struct {
 	LID, SMLID  uint16    // written as hex "0x1a"
 	GIDs        []GIDSpec // occupied slots; all other slots up to GIDTableLen are all-zero
 	GIDTableLen int       // default 16
-	UMAD        int       // umad index (dev 231:N, issm 231:64+N); -1 => none
+	// PKeys is the P_Key table from index 0 ("0xffff", "0x8001"); default
+	// "0xffff" alone. An InfiniBand port's table is 128 entries long, the
+	// rest 0x0000, as mlx5 has it; other ports have just their entries.
+	PKeys []string
+	UMAD  int // umad index (dev 231:N, issm 231:64+N); -1 => none
 }
 
 // GIDSpec is one occupied GID table slot.
@@ -740,8 +744,22 @@ func (b *builder) port(h *HCASpec, pl place, num int) {
 	w.file(d+"/sm_sl", "0")
 	w.file(d+"/lid_mask_count", "0")
 	w.file(d+"/cap_mask", capMask)
-	if !rnic {
-		w.file(d+"/pkeys/0", "0xffff") // iWARP has no P_Key table
+	if !rnic { // iWARP has no P_Key table
+		pkeys := p.PKeys
+		if len(pkeys) == 0 {
+			pkeys = []string{"0xffff"}
+		}
+		n := len(pkeys)
+		if !ethernet && pl.pci != "" {
+			n = max(n, 128)
+		}
+		for i := range n {
+			v := "0x0000"
+			if i < len(pkeys) {
+				v = pkeys[i]
+			}
+			w.file(fmt.Sprintf("%s/pkeys/%d", d, i), v)
+		}
 	}
 	gids := make(map[int]GIDSpec, len(p.GIDs))
 	for _, g := range p.GIDs {

@@ -82,7 +82,8 @@ func roceGIDs(mac [6]byte, ip []byte, netdev string) []GIDSpec {
 func pciPath(root, bridge, fn string) []string { return []string{root, bridge, fn} }
 
 // cx7 is a single-port ConnectX-7 NDR InfiniBand HCA (OSFP, one function):
-// netdev ibp<bus>s0 (or ibP<domain>p<bus>s0), uverbs and umad index idx.
+// netdev ibp<bus>s0 (or ibP<domain>p<bus>s0), uverbs and umad index idx;
+// its P_Key table holds the default 0xffff and the partition 0x8001 at 1.
 func cx7(name, guid string, path []string, numa, idx int, lid uint16) HCASpec {
 	bus := path[len(path)-1]
 	var domain, busNum int
@@ -98,8 +99,9 @@ func cx7(name, guid string, path []string, numa, idx int, lid uint16) HCASpec {
 		Ports: []PortSpec{{
 			State: "4: ACTIVE", PhysState: "5: LinkUp", LinkLayer: ib,
 			Rate: "400 Gb/sec (4X NDR)", LID: lid, SMLID: 0x1,
-			GIDs: []GIDSpec{{Index: 0, GID: linkLocalGID(guid), Type: gidV1}},
-			UMAD: idx,
+			GIDs:  []GIDSpec{{Index: 0, GID: linkLocalGID(guid), Type: gidV1}},
+			PKeys: []string{"0xffff", "0x8001"},
+			UMAD:  idx,
 		}},
 		PCI: &PCISpec{
 			BusID: bus, Path: path,
