@@ -45,7 +45,18 @@ const (
 	// (NCCL 2.21 and later) where the host's index would be wrong.
 	EnvNCCLAddrFamily  = "NCCL_IB_ADDR_FAMILY"
 	EnvNCCLRoCEVersion = "NCCL_IB_ROCE_VERSION_NUM"
+	// EnvNCCLPKey takes the P_Key's index in the port's table, EnvUCXPKey
+	// the partition (the P_Key without its membership bit).
+	EnvNCCLPKey = "NCCL_IB_PKEY"
+	EnvUCXPKey  = "UCX_IB_PKEY"
 )
+
+// PKey is a claim's partition: the P_Key and its index in the tables of
+// every port of the claim's HCAs.
+type PKey struct {
+	Value uint16
+	Index int
+}
 
 // Network is how the containers of a claim reach the network. It decides
 // whether the host's GID table is theirs: a GID index is a position in the
@@ -91,6 +102,8 @@ type EditOptions struct {
 	// assumed before it recorded the network.
 	Network Network
 	Family  AddressFamily
+	// PKey, when set, adds NCCL_IB_PKEY and UCX_IB_PKEY (CommonEdits).
+	PKey *PKey
 }
 
 func (o EditOptions) hostDevRoot() string {
@@ -230,6 +243,11 @@ func aggregateEnv(group []hca.HCA, opts EditOptions) []string {
 			ucx[i] = p.name + ":" + strconv.Itoa(p.p.Number)
 		}
 		env[EnvUCXDevices] = strings.Join(ucx, ",")
+	}
+
+	if k := opts.PKey; k != nil {
+		env[EnvNCCLPKey] = strconv.Itoa(k.Index)
+		env[EnvUCXPKey] = fmt.Sprintf("0x%04x", k.Value&0x7fff)
 	}
 
 	if allRoCE(names, byName) {

@@ -50,9 +50,18 @@ type Device struct {
 	// Limits are the RDMA cgroup limits the claim consumed on a shared HCA;
 	// nil when it asked for none.
 	Limits *Limits `json:"limits,omitempty"`
+	// PKey is HcaConfig.pkey as validated against the HCA's P_Key table;
+	// nil when the claim asked for none.
+	PKey *PKey `json:"pkey,omitempty"`
 	// AddressFamily is HcaConfig.addressFamily; empty means Auto.
 	AddressFamily string   `json:"addressFamily,omitempty"`
 	CDIDeviceIDs  []string `json:"cdiDeviceIDs,omitempty"`
+}
+
+// PKey is a partition key and its index in the HCA's ports' tables.
+type PKey struct {
+	Value uint16 `json:"value"`
+	Index int    `json:"index"`
 }
 
 // Limits are a device's rdma.max values; 0 means not limited.
@@ -70,6 +79,9 @@ func (cp Checkpoint) clone() Checkpoint {
 		c.Devices = slices.Clone(c.Devices)
 		for i := range c.Devices {
 			c.Devices[i].CDIDeviceIDs = slices.Clone(c.Devices[i].CDIDeviceIDs)
+			if k := c.Devices[i].PKey; k != nil {
+				c.Devices[i].PKey = &PKey{Value: k.Value, Index: k.Index}
+			}
 			if l := c.Devices[i].Limits; l != nil {
 				c.Devices[i].Limits = &Limits{HCAHandles: l.HCAHandles, HCAObjects: l.HCAObjects}
 			}

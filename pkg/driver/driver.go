@@ -39,6 +39,13 @@ type Inventory interface {
 	Discover() (hca.Inventory, error)
 }
 
+// PKeyReader reads a port's P_Key table on demand (*hca.Discoverer): a
+// table is 128 entries on InfiniBand, too many for every rescan, so only
+// claims that name a partition pay for it.
+type PKeyReader interface {
+	PKeys(ibdev string, port int) ([]hca.PKey, error)
+}
+
 // Publisher publishes ResourceSlices: *kubeletplugin.Helper.
 type Publisher interface {
 	PublishResources(ctx context.Context, resources resourceslice.DriverResources) error

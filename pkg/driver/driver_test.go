@@ -1056,3 +1056,53 @@ func waitForSlices(t *testing.T, e *env) []resourceapi.ResourceSlice {
 	t.Fatal("no ResourceSlice published within 10s")
 	return nil
 }
+
+// A claim's partition is checked against the allocated HCA's P_Key table at
+// prepare, and its index handed to NCCL.
+func TestPKey(t *testing.T) {
+	t.Parallel()
+	cfg := func(k string) string {
+		return `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","pkey":"` + k + `"}`
+	}
+	tests := []struct {
+		name, device, pkey string
+		wantEnv            map[string]string
+		wantErr            string
+	}{
+		{name: "full", device: "mlx5-0", pkey: "0x8001", wantEnv: map[string]string{"NCCL_IB_PKEY": "1", "UCX_IB_PKEY": "0x0001"}},
+		{name: "limited", device: "mlx5-0", pkey: "0x0001", wantEnv: map[string]string{"NCCL_IB_PKEY": "1", "UCX_IB_PKEY": "0x0001"}},
+		{name: "default", device: "mlx5-1", pkey: "0xffff", wantEnv: map[string]string{"NCCL_IB_PKEY": "0", "UCX_IB_PKEY": "0x7fff"}},
+		{name: "absent", device: "mlx5-0", pkey: "0x8005", wantErr: "HCA mlx5_0 port 1 has no P_Key 0x8005 in its table (0xffff at 0, 0x8001 at 1)"},
+		{name: "roce", device: "mlx5-8", pkey: "0x8001", wantErr: "HCA mlx5_8 port 1 has no P_Key 0x8001 in its table (0xffff at 0)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.metadata = true
+			e.start()
+			c := e.claim("pk", hostNetworkPod("p", true), one(tt.device), cfg(tt.pkey))
+			r := e.prepare(c)[string(c.UID)]
+			if tt.wantErr != "" {
+				if !strings.Contains(r.Error, tt.wantErr) {
+					t.Fatalf("error %q, want one containing %q", r.Error, tt.wantErr)
+				}
+				if uids, _ := cdi.NewSpecDir(e.cdiDir).ClaimUIDs(); len(uids) != 0 {
+					t.Errorf("refused claim left CDI specs %v", uids)
+				}
+				return
+			}
+			if r.Error != "" {
+				t.Fatal(r.Error)
+			}
+			var ids []string
+			for _, d := range r.Devices {
+				ids = append(ids, d.CdiDeviceIds...)
+			}
+			s := e.container(ids...)
+			if diff := cmp.Diff(tt.wantEnv, envOf(s, "NCCL_IB_PKEY", "UCX_IB_PKEY")); diff != "" {
+				t.Errorf("env (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

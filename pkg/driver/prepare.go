@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	gosort "slices"
+	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -137,6 +138,14 @@ func (d *Driver) resolveLocked(ctx context.Context, claim *resourceapi.ResourceC
 		if dev.Limits, err = d.limits(r); err != nil {
 			return c, err
 		}
+		if cfg.PKey != nil {
+			if dev.PKey, err = d.pkey(h, *cfg.PKey); err != nil {
+				return c, err
+			}
+		}
+		if len(c.Devices) > 0 && !samePKey(c.Devices[0].PKey, dev.PKey) {
+			return c, fmt.Errorf("requests %s and %s need different P_Key settings (%s, %s), but a container gets one NCCL_IB_PKEY", c.Devices[0].Request, r.Request, pkeyName(c.Devices[0].PKey), pkeyName(dev.PKey))
+		}
 		if f := *cfg.AddressFamily; f != configapi.AddressFamilyAuto {
 			dev.AddressFamily = string(f)
 		}
@@ -256,6 +265,66 @@ func (d *Driver) limits(r resourceapi.DeviceRequestAllocationResult) (*checkpoin
 	return &l, nil
 }
 
+// pkey finds the claim's partition in every port of h: NCCL takes one
+// index, so the ports must agree on it.
+func (d *Driver) pkey(h hca.HCA, key string) (*checkpoint.PKey, error) {
+	want, err := configapi.ParsePKey(key)
+	if err != nil {
+		return nil, err
+	}
+	if h.Name == "" {
+		return nil, fmt.Errorf("pkey %s: the legacy device stands for every HCA; ask for HCAs by class to use a partition", key)
+	}
+	reader, ok := d.source.(PKeyReader)
+	if !ok {
+		return nil, fmt.Errorf("pkey %s: this node's inventory cannot read P_Key tables", key)
+	}
+	var out *checkpoint.PKey
+	for _, p := range h.Ports {
+		table, err := reader.PKeys(h.Name, p.Number)
+		if err != nil {
+			return nil, fmt.Errorf("pkey %s: %w", key, err)
+		}
+		i, ok := hca.FindPKey(table, want)
+		if !ok {
+			return nil, fmt.Errorf("HCA %s port %d has no P_Key 0x%04x in its table (%s); the subnet manager must add the port to the partition", h.Name, p.Number, want, describePKeys(table))
+		}
+		if out != nil && out.Index != i {
+			return nil, fmt.Errorf("P_Key 0x%04x is at index %d on HCA %s port %d but at %d on an earlier port; NCCL_IB_PKEY takes one index", want, i, h.Name, p.Number, out.Index)
+		}
+		out = &checkpoint.PKey{Value: want, Index: i}
+	}
+	if out == nil {
+		return nil, fmt.Errorf("pkey %s: HCA %s has no ports", key, h.Name)
+	}
+	return out, nil
+}
+
+func describePKeys(table []hca.PKey) string {
+	if len(table) == 0 {
+		return "empty"
+	}
+	var b strings.Builder
+	for i, k := range table {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "0x%04x at %d", k.Value, k.Index)
+	}
+	return b.String()
+}
+
+func samePKey(a, b *checkpoint.PKey) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
+}
+
+func pkeyName(k *checkpoint.PKey) string {
+	if k == nil {
+		return "none"
+	}
+	return fmt.Sprintf("0x%04x at index %d", k.Value, k.Index)
+}
+
 func familyName(f string) string {
 	if f == "" {
 		return string(configapi.AddressFamilyAuto)
@@ -313,6 +382,7 @@ func (d *Driver) claimNetwork(ctx context.Context, claim *resourceapi.ResourceCl
 func (d *Driver) writeSpecLocked(c checkpoint.Claim, group []hca.HCA) error {
 	env := false
 	family := ""
+	var pkey *cdi.PKey
 	var devices []cdi.ClaimDevice
 	for _, dev := range c.Devices {
 		opts := cdi.EditOptions{ManagementDevices: dev.ManagementDevices, Env: dev.Env, HostDevRoot: d.cfg.HostDevRoot}
@@ -339,13 +409,16 @@ func (d *Driver) writeSpecLocked(c checkpoint.Claim, group []hca.HCA) error {
 		}
 		env = env || dev.Env
 		family = dev.AddressFamily
+		if dev.PKey != nil {
+			pkey = &cdi.PKey{Value: dev.PKey.Value, Index: dev.PKey.Index}
+		}
 		devices = append(devices, cdi.ClaimDevice{Name: cdi.DeviceName(c.UID, dev.Device, dev.ShareID), Edits: edits})
 	}
 	if len(devices) == 0 {
 		return d.specs.RemoveClaim(c.UID)
 	}
 	common := cdi.CommonEdits(d.inv.RDMACM, group, cdi.EditOptions{Env: env, HostDevRoot: d.cfg.HostDevRoot,
-		Network: cdi.Network(c.Network), Family: cdi.AddressFamily(family)})
+		Network: cdi.Network(c.Network), Family: cdi.AddressFamily(family), PKey: pkey})
 	return d.specs.WriteClaim(c.UID, common, devices)
 }
 
@@ -416,7 +489,20 @@ func (d *Driver) resultDevicesLocked(c checkpoint.Claim) []kubeletplugin.Device 
 func (d *Driver) metadataLocked(dev checkpoint.Device) *kubeletplugin.DeviceMetadata {
 	opts := rslices.Options{DriverName: d.cfg.DriverName}
 	if h, ok := d.byDevice[dev.Device]; ok {
-		return &kubeletplugin.DeviceMetadata{Attributes: rslices.Metadata(h, d.inv.NetnsMode, dev.ShareID, opts)}
+		attrs := rslices.Metadata(h, d.inv.NetnsMode, dev.ShareID, opts)
+		if k := dev.PKey; k != nil {
+			v, i := fmt.Sprintf("0x%04x", k.Value), int64(k.Index)
+			attrs[d.cfg.DriverName+"/pkey"] = resourceapi.DeviceAttribute{StringValue: &v}
+			attrs[d.cfg.DriverName+"/pkeyIndex"] = resourceapi.DeviceAttribute{IntValue: &i}
+		}
+		if l := dev.Limits; l != nil {
+			for name, v := range map[string]int64{"hcaHandleLimit": l.HCAHandles, "hcaObjectLimit": l.HCAObjects} {
+				if v > 0 {
+					attrs[d.cfg.DriverName+"/"+name] = resourceapi.DeviceAttribute{IntValue: &v}
+				}
+			}
+		}
+		return &kubeletplugin.DeviceMetadata{Attributes: attrs}
 	}
 	if d.isLegacy(dev.Device) {
 		return &kubeletplugin.DeviceMetadata{Attributes: rslices.LegacyMetadata(d.usableLocked(), opts)}
