@@ -31,7 +31,7 @@ type transport interface {
 // fails with EPROTONOSUPPORT (errors.Is(err, syscall.EPROTONOSUPPORT)) when
 // the kernel has no RDMA netlink, i.e. ib_core is not loaded.
 func Dial() (*Conn, error) {
-	s, err := openSocket(Timeout)
+	s, err := openSocket(protoRDMA, Timeout)
 	if err != nil {
 		return nil, &Error{Op: "socket", Err: err}
 	}
@@ -54,16 +54,25 @@ func (c *Conn) Close() error {
 	return err
 }
 
-// do sends one request and collects its answer's payloads.
+// do sends one RDMA netlink query and collects its answer's payloads.
 func (c *Conn) do(op string, cmd uint16, dump bool, attrs ...attr) ([][]byte, error) {
+	return c.exchange(op, msgType(cmd), dump, func(seq uint32) []byte {
+		return encodeRequest(cmd, dump, seq, attrs...)
+	})
+}
+
+// exchange sends the request encode builds for the next sequence number
+// and collects the payloads of answers of type typ, until the end of a
+// dump, a single answer, or an acknowledgement.
+func (c *Conn) exchange(op string, typ uint16, dump bool, encode func(seq uint32) []byte) ([][]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.s == nil {
 		return nil, &Error{Op: op, Err: errors.New("connection closed")}
 	}
 	c.seq++
-	r := reply{seq: c.seq, typ: msgType(cmd), dump: dump}
-	if err := c.s.send(encodeRequest(cmd, dump, c.seq, attrs...)); err != nil {
+	r := reply{seq: c.seq, typ: typ, dump: dump}
+	if err := c.s.send(encode(c.seq)); err != nil {
 		return nil, &Error{Op: op, Err: err}
 	}
 	for !r.done {
@@ -166,6 +175,38 @@ func (c *Conn) System() (System, error) {
 	return s, nil
 }
 
+// Device finds the device called name among those of the caller's
+// namespace; ok is false when it is not there (in exclusive mode: gone,
+// or in another namespace).
+func (c *Conn) Device(name string) (dev Device, ok bool, err error) {
+	devs, err := c.Devices()
+	if err != nil {
+		return Device{}, false, err
+	}
+	for _, d := range devs {
+		if d.Name == name {
+			return d, true, nil
+		}
+	}
+	return Device{}, false, nil
+}
+
+// MoveToNetns moves dev into the network namespace nsFD refers to (an
+// open /proc/PID/ns/net or /run/netns/NAME), as "rdma dev set DEV netns NS"
+// does. It needs CAP_NET_ADMIN, exclusive netns mode and a driver that can
+// disassociate its users (mlx5 can; rxe and siw answer EOPNOTSUPP, and so
+// does every device in shared mode). The kernel looks dev up in the
+// socket's namespace.
+func (c *Conn) MoveToNetns(dev Device, nsFD int) error {
+	if nsFD < 0 {
+		return &Error{Op: "netns move of " + dev.Name, Err: fmt.Errorf("bad namespace fd %d", nsFD)}
+	}
+	_, err := c.exchange("netns move of "+dev.Name, msgType(cmdSet), false, func(seq uint32) []byte {
+		return encodeSetNetns(seq, dev.Index, uint32(nsFD))
+	})
+	return err
+}
+
 // Client answers each question on a socket of its own, so the zero value
 // is ready and safe for concurrent use. It is what discovery is given on
 // a real node.
@@ -180,6 +221,16 @@ func (Client) NetnsMode() (NetnsMode, error) {
 	defer c.Close()
 	s, err := c.System()
 	return s.NetnsMode, err
+}
+
+// Devices lists the devices of the caller's namespace.
+func (Client) Devices() ([]Device, error) {
+	c, err := Dial()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return c.Devices()
 }
 
 // Links lists every port of every device of the caller's namespace.

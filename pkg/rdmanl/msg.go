@@ -20,6 +20,7 @@ const (
 
 	flagRequest = 0x1
 	flagMulti   = 0x2
+	flagAck     = 0x4
 	flagDump    = 0x300 // NLM_F_ROOT | NLM_F_MATCH
 
 	attrTypeMask = 0x3fff // without NLA_F_NESTED and NLA_F_NET_BYTEORDER
@@ -58,21 +59,39 @@ func appendAttr(b []byte, a attr) []byte {
 	return b
 }
 
-// encodeRequest builds one RDMA_NL_NLDEV request.
+// encodeRequest builds one RDMA_NL_NLDEV query.
 func encodeRequest(cmd uint16, dump bool, seq uint32, attrs ...attr) []byte {
 	flags := uint16(flagRequest)
 	if dump {
 		flags |= flagDump
 	}
+	return encodeMsg(msgType(cmd), flags, seq, nil, attrs...)
+}
+
+// encodeMsg builds one netlink message: header, a family header (none in
+// RDMA netlink, struct ifinfomsg in rtnetlink), attributes.
+func encodeMsg(typ, flags uint16, seq uint32, family []byte, attrs ...attr) []byte {
 	b := make([]byte, hdrLen, 64)
-	ne.PutUint16(b[4:], msgType(cmd))
+	ne.PutUint16(b[4:], typ)
 	ne.PutUint16(b[6:], flags)
 	ne.PutUint32(b[8:], seq)
+	b = append(b, family...)
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
 	for _, a := range attrs {
 		b = appendAttr(b, a)
 	}
 	ne.PutUint32(b[0:], uint32(len(b)))
 	return b
+}
+
+// encodeSetNetns builds RDMA_NLDEV_CMD_SET moving device index into the
+// network namespace of nsFD, acknowledged, as "rdma dev set DEV netns NS"
+// sends it.
+func encodeSetNetns(seq, index, nsFD uint32) []byte {
+	return encodeMsg(msgType(cmdSet), flagRequest|flagAck, seq, nil,
+		u32Attr(attrDevIndex, index), u32Attr(attrNetnsFD, nsFD))
 }
 
 // message is one netlink message of a datagram.
@@ -189,7 +208,7 @@ func kernelErrno(e int32) error {
 }
 
 var attrNames = map[uint16]string{
-	attrDevIndex: "DEV_INDEX", attrDevName: "DEV_NAME", attrPortIndex: "PORT_INDEX",
+	attrNetnsFD: "NET_NS_FD", attrDevIndex: "DEV_INDEX", attrDevName: "DEV_NAME", attrPortIndex: "PORT_INDEX",
 	attrFWVersion: "FW_VERSION", attrNodeGUID: "NODE_GUID", attrSysImageGUID: "SYS_IMAGE_GUID",
 	attrPortState: "PORT_STATE", attrPhysState: "PORT_PHYS_STATE", attrNodeType: "DEV_NODE_TYPE",
 	attrNdevIndex: "NDEV_INDEX", attrNdevName: "NDEV_NAME", attrNetnsMode: "NETNS_MODE",

@@ -397,5 +397,6 @@ func FuzzDecode(f *testing.F) {
 		_, _ = decodeDevice(b)
 		_, _ = decodePort(b)
 		_, _ = decodeSystem(b)
+		_, _ = decodeLinkIndex(b)
 	})
 }

@@ -1,7 +1,9 @@
 // Package rdmanl is a small client of the kernel's RDMA netlink interface
 // (NETLINK_RDMA, the RDMA_NL_NLDEV client that iproute2's "rdma" tool uses):
-// the RDMA devices, their ports with the netdev bound to each, and the
-// subsystem's network namespace mode.
+// the RDMA devices, their ports with the netdev bound to each, the
+// subsystem's network namespace mode, and moving a device into another
+// network namespace. RouteConn does the one rtnetlink operation that goes
+// with it: moving a netdev.
 //
 // Encoding and decoding are pure functions over byte slices; only Conn
 // touches a socket. Nothing here is on a hot path: discovery calls it once
@@ -19,6 +21,7 @@ const (
 	clientNLDEV = 5 // RDMA_NL_NLDEV
 
 	cmdGet     = 1 // RDMA_NLDEV_CMD_GET (can dump)
+	cmdSet     = 2 // RDMA_NLDEV_CMD_SET (CAP_NET_ADMIN): rename, netns move, DIM
 	cmdPortGet = 5 // RDMA_NLDEV_CMD_PORT_GET (can dump, per device)
 	cmdSysGet  = 6 // RDMA_NLDEV_CMD_SYS_GET
 
@@ -36,6 +39,7 @@ const (
 	attrNdevName     = 51 // string
 	attrNetnsMode    = 66 // u8 (RDMA_NLDEV_SYS_ATTR_NETNS_MODE)
 	attrProtocol     = 67 // string: ib, roce, iw, usnic, opa
+	attrNetnsFD      = 68 // u32: RDMA_NLDEV_NET_NS_FD, an fd of the sender's naming a netns
 )
 
 // msgType is RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, cmd); replies carry the same type.
@@ -107,9 +111,17 @@ type System struct {
 type Error struct {
 	Op  string // "device dump", "port dump of rxe0", "system query", "socket"
 	Err error  // a syscall.Errno from the kernel, or a decoding error
+	// Route is set on rtnetlink (RouteConn) errors.
+	Route bool
 }
 
-func (e *Error) Error() string { return "rdma netlink: " + e.Op + ": " + e.Err.Error() }
+func (e *Error) Error() string {
+	family := "rdma netlink: "
+	if e.Route {
+		family = "rtnetlink: "
+	}
+	return family + e.Op + ": " + e.Err.Error()
+}
 func (e *Error) Unwrap() error { return e.Err }
 
 // errTruncated is a message or attribute that runs past its buffer.

@@ -8,8 +8,15 @@ import (
 
 type socket struct{ fd int }
 
-func openSocket(timeout time.Duration) (*socket, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_RDMA)
+const (
+	protoRDMA  = unix.NETLINK_RDMA
+	protoRoute = unix.NETLINK_ROUTE
+)
+
+// openSocket opens a netlink socket of proto in the calling thread's
+// network namespace, which the socket keeps for its life.
+func openSocket(proto int, timeout time.Duration) (*socket, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
 	if err != nil {
 		return nil, err
 	}

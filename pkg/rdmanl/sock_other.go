@@ -11,7 +11,12 @@ type socket struct{}
 
 var errNotLinux = errors.New("RDMA netlink exists on Linux only")
 
-func openSocket(time.Duration) (*socket, error) { return nil, errNotLinux }
-func (*socket) send([]byte) error               { return errNotLinux }
-func (*socket) recv([]byte) (int, error)        { return 0, errNotLinux }
-func (*socket) close() error                    { return nil }
+const (
+	protoRDMA  = 20
+	protoRoute = 0
+)
+
+func openSocket(int, time.Duration) (*socket, error) { return nil, errNotLinux }
+func (*socket) send([]byte) error                    { return errNotLinux }
+func (*socket) recv([]byte) (int, error)             { return 0, errNotLinux }
+func (*socket) close() error                         { return nil }
