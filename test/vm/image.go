@@ -150,6 +150,12 @@ func (c *Cache) Build(ctx context.Context, dir string, spec ImageSpec) (*Image, 
 			return nil, err
 		}
 	}
+	// glibc dlopens libgcc_s for thread exit and cancellation (rping).
+	if guest, host, ok := lib.find("libgcc_s.so.1"); ok {
+		t.Copy(guest, host, 0o755)
+	} else {
+		return nil, fmt.Errorf("libgcc_s.so.1 is in none of the packages %v", libPackages)
+	}
 	// Verbs providers are dlopened: their directory and driver files.
 	for _, rel := range []string{"usr/lib/x86_64-linux-gnu/libibverbs", "etc/libibverbs.d"} {
 		p, ok := findIn(user, rel)

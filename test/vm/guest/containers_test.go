@@ -11,8 +11,10 @@ package guest
 // container runs a transfer on its own device.
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -80,6 +82,60 @@ func pingpong(t *testing.T, srv, cli *ctrSetup, serverIP string) {
 	}
 }
 
+// rping: the same over the RDMA connection manager (/dev/infiniband/rdma_cm
+// from the CDI spec): the client in one container pings the server in the
+// other 10 times with data verification.
+func rping(t *testing.T, srv, cli *ctrSetup, serverIP string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var sres ctrResult
+	var serr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sres, serr = runContainerErr(srv.id, withCDI(t, containerSpec(srv.id, "rping", "-s", "-a", serverIP, "-C", "10", "-V"), srv.cdiDir, srv.ids...), 60*time.Second)
+	}()
+	// rdma_cm listens outside /proc/net/tcp; the kernel lists its cm_ids.
+	deadline := time.Now().Add(20 * time.Second)
+	for !cmListening(t, serverIP) {
+		if time.Now().After(deadline) {
+			wg.Wait()
+			t.Fatalf("rping server never listened: %v\n%s", serr, sres.out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cres := runContainer(t, cli.id, withCDI(t, containerSpec(cli.id, "rping", "-c", "-a", serverIP, "-C", "10", "-V", "-v"), cli.cdiDir, cli.ids...), 60*time.Second)
+	wg.Wait()
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	pings := strings.Count(cres.out, "ping data: rdma-ping-")
+	if cres.exit != 0 || sres.exit != 0 || pings != 10 {
+		t.Errorf("rping: client exit %d with %d pings, server exit %d\nclient:\n%s\nserver:\n%s", cres.exit, pings, sres.exit, cres.out, sres.out)
+		return
+	}
+	t.Logf("rping over rdma_cm between containers: %d verified pings", pings)
+}
+
+// cmListening: `rdma res show cm_id` lists a LISTEN cm_id on addr.
+func cmListening(t *testing.T, addr string) bool {
+	t.Helper()
+	var ids []struct {
+		State   string `json:"state"`
+		SrcAddr string `json:"src-addr"`
+	}
+	out, err := exec.Command("rdma", "-j", "res", "show", "cm_id").Output()
+	if err != nil || json.Unmarshal(out, &ids) != nil {
+		return false
+	}
+	for _, id := range ids {
+		if id.State == "LISTEN" && strings.HasPrefix(id.SrcAddr, addr+":") {
+			return true
+		}
+	}
+	return false
+}
+
 type ctrSetup struct {
 	id, dev string
 	gid     int
@@ -143,6 +199,8 @@ func TestSharedRxeTransferBetweenContainers(t *testing.T) {
 	pingpong(t,
 		&ctrSetup{id: "server", dev: "rxe0", gid: gid, cdiDir: n.cdiDir, ids: ida},
 		&ctrSetup{id: "client", dev: "rxe0", gid: gid, cdiDir: n.cdiDir, ids: idb}, "10.0.2.15")
+
+	rping(t, &ctrSetup{id: "rping-server", cdiDir: n.cdiDir, ids: ida}, &ctrSetup{id: "rping-client", cdiDir: n.cdiDir, ids: idb}, "10.0.2.15")
 
 	// The claim holds rxe0 only: rxe1 is not there to open.
 	mustFail(t, "server container opening rxe1", &ctrSpec{"server-rxe1",
