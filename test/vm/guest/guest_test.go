@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -75,10 +74,6 @@ func setLink(t *testing.T, dev, state string) {
 	command(t, "ip", "link", "set", dev, state)
 }
 
-func logf(t *testing.T, format string, args ...any) {
-	t.Helper()
-	t.Log(fmt.Sprintf(format, args...))
-}
 
 func readTrim(path string) (string, error) {
 	b, err := os.ReadFile(path)
