@@ -74,7 +74,6 @@ func setLink(t *testing.T, dev, state string) {
 	command(t, "ip", "link", "set", dev, state)
 }
 
-
 func readTrim(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	return strings.TrimSpace(string(b)), err
