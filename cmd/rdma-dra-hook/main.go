@@ -4,14 +4,22 @@
 // cgroup exists and before its process runs), with the container's state
 // on stdin.
 //
+//	rdma-dra-hook netns --device=mlx5_0 [--netdev=ens1f0np0 ...]
+//
+// moves the RDMA device (and the named netdevs) into the container's
+// network namespace, for nodes whose RDMA subsystem is in exclusive netns
+// mode. A device already in that namespace (the pod's second container)
+// is success; one in any other namespace is an error.
+//
 //	rdma-dra-hook limit --device=mlx5_0 --hca-handle=1 --hca-object=max
 //
 // sets the container's rdma.max line for the device and reads it back.
 //
 // It fails closed: any error exits non-zero with a message naming the HCA
-// and the limit, and the runtime then refuses to start the container; a
-// container never runs without its limit. It imports nothing of
-// Kubernetes and reads only its arguments, stdin, procfs and cgroupfs.
+// (and the kernel's answer), and the runtime then refuses to start the
+// container; a container never runs without its device or its limit. It
+// imports nothing of Kubernetes and reads only its arguments, stdin,
+// procfs, cgroupfs and the kernel's netlink answers.
 package main
 
 import (
@@ -28,21 +36,33 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdin, rdmacg.FS{Root: "/"}); err != nil {
+	if err := run(os.Args[1:], os.Stdin, deps{fs: rdmacg.FS{Root: "/"}, openNetns: openHostNetns}); err != nil {
 		fmt.Fprintln(os.Stderr, "rdma-dra-hook:", err)
 		os.Exit(1)
 	}
 }
 
-func run(args []string, stdin io.Reader, fsys rdmacg.FS) error {
+// deps is what the subcommands touch: cgroupfs, and the kernel's network
+// namespaces.
+type deps struct {
+	fs        rdmacg.FS
+	openNetns func(pid int) (netnsKernel, error)
+}
+
+const usage = "usage: rdma-dra-hook netns --device=<ibdev> [--netdev=<name>]... | " +
+	"limit --device=<ibdev> --hca-handle=<n|max> --hca-object=<n|max> (OCI state on stdin)"
+
+func run(args []string, stdin io.Reader, d deps) error {
 	if len(args) == 0 {
-		return errors.New("usage: rdma-dra-hook limit --device=<ibdev> --hca-handle=<n|max> --hca-object=<n|max> (OCI state on stdin)")
+		return errors.New(usage)
 	}
 	switch args[0] {
 	case "limit":
-		return limit(args[1:], stdin, fsys)
+		return limit(args[1:], stdin, d.fs)
+	case "netns":
+		return netns(args[1:], stdin, d.openNetns)
 	}
-	return fmt.Errorf("unknown command %q (want: limit)", args[0])
+	return fmt.Errorf("unknown command %q (want: netns, limit)", args[0])
 }
 
 func limit(args []string, stdin io.Reader, fsys rdmacg.FS) error {

@@ -53,7 +53,7 @@ func TestLimit(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			root := node(t)
-			err := run(tt.args, strings.NewReader(tt.stdin), rdmacg.FS{Root: root})
+			err := run(tt.args, strings.NewReader(tt.stdin), deps{fs: rdmacg.FS{Root: root}})
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
