@@ -14,7 +14,7 @@ import (
 )
 
 // knownFields lists the fields of HcaConfig for the unknown-field error.
-const knownFields = "apiVersion, kind, managementDevices, env, addressFamily, pkey"
+const knownFields = "apiVersion, kind, managementDevices, env, addressFamily, pkey, moveNetdev"
 
 // Decode parses opaque parameters into an HcaConfig, strictly: unknown and
 // duplicate fields, a missing or wrong apiVersion or kind, a value of the
@@ -163,6 +163,8 @@ func decodeJSON(raw []byte) (*HcaConfig, error) {
 			c.AddressFamily, err = familyField(key, v)
 		case "pkey":
 			c.PKey, err = pkeyField(v)
+		case "moveNetdev":
+			c.MoveNetdev, err = boolField(key, v)
 		default:
 			err = fmt.Errorf("HcaConfig: unknown field %q (known fields: %s)", key, knownFields)
 		}

@@ -24,6 +24,26 @@ func TestDecode(t *testing.T) {
 			want: &HcaConfig{TypeMeta: typeMeta, ManagementDevices: ptr(true), Env: ptr(false)},
 		},
 		{
+			name: "moveNetdev",
+			in:   `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","moveNetdev":true}`,
+			want: &HcaConfig{TypeMeta: typeMeta, MoveNetdev: ptr(true)},
+		},
+		{
+			name: "moveNetdev from YAML",
+			in:   "apiVersion: rdma.dra.dev/v1alpha1\nkind: HcaConfig\nmoveNetdev: false\n",
+			want: &HcaConfig{TypeMeta: typeMeta, MoveNetdev: ptr(false)},
+		},
+		{
+			name:    "moveNetdev as a string",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","moveNetdev":"true"}`,
+			wantErr: `moveNetdev: want a boolean, got "true"`,
+		},
+		{
+			name:    "moveNetdev misspelt",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","moveNetDev":true}`,
+			wantErr: `unknown field "moveNetDev" (known fields: apiVersion, kind, managementDevices, env, addressFamily, pkey, moveNetdev)`,
+		},
+		{
 			name: "no fields",
 			in:   `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig"}`,
 			want: &HcaConfig{TypeMeta: typeMeta},
@@ -308,6 +328,31 @@ func TestMerge(t *testing.T) {
 			*got.ManagementDevices, *got.Env = !*got.ManagementDevices, !*got.Env
 			if after, _ := json.Marshal(tt.chain); string(after) != string(before) {
 				t.Errorf("changing the Merge result changed its input: %s, was %s", after, before)
+			}
+		})
+	}
+}
+
+func TestMergeMoveNetdev(t *testing.T) {
+	mv := func(b bool) *HcaConfig { return &HcaConfig{TypeMeta: typeMeta, MoveNetdev: &b} }
+	tests := []struct {
+		name  string
+		chain []*HcaConfig
+		want  bool
+	}{
+		{"default", nil, false},
+		{"class asks", []*HcaConfig{mv(true), {TypeMeta: typeMeta}}, true},
+		{"claim overrides class", []*HcaConfig{mv(true), mv(false)}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Merge(tt.chain...)
+			if got.MoveNetdev == nil || *got.MoveNetdev != tt.want {
+				t.Fatalf("Merge = %s, want moveNetdev %v", show(got), tt.want)
+			}
+			*got.MoveNetdev = !*got.MoveNetdev
+			if len(tt.chain) > 0 && *tt.chain[0].MoveNetdev != (tt.name != "default") {
+				t.Error("changing the Merge result changed its input")
 			}
 		})
 	}

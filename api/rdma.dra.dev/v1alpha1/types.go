@@ -44,6 +44,14 @@ type HcaConfig struct {
 	// allocated HCA has it in its P_Key table; NCCL_IB_PKEY (its index) and
 	// UCX_IB_PKEY are then set. Default: none (the default partition).
 	PKey *string `json:"pkey,omitempty"`
+
+	// MoveNetdev also moves the HCA's netdevs (its Ethernet or IPoIB
+	// interfaces) into the pod's network namespace with the RDMA device,
+	// on nodes whose RDMA subsystem is in exclusive netns mode and for pods
+	// without hostNetwork (a RoCE HCA's GIDs follow its netdev's
+	// addresses). The host loses the interface until the pod's namespace
+	// goes away. Default false; ignored where no move happens.
+	MoveNetdev *bool `json:"moveNetdev,omitempty"`
 }
 
 // AddressFamily is an IP address family for RoCE traffic.
@@ -67,6 +75,7 @@ func DefaultHcaConfig() *HcaConfig {
 		ManagementDevices: ptr(false),
 		Env:               ptr(true),
 		AddressFamily:     ptr(AddressFamilyAuto),
+		MoveNetdev:        ptr(false),
 	}
 }
 
@@ -150,6 +159,9 @@ func Merge(configs ...*HcaConfig) *HcaConfig {
 		}
 		if c.PKey != nil {
 			out.PKey = ptr(*c.PKey)
+		}
+		if c.MoveNetdev != nil {
+			out.MoveNetdev = ptr(*c.MoveNetdev)
 		}
 	}
 	return out
