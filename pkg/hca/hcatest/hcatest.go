@@ -597,7 +597,7 @@ func (b *builder) hca(h *HCASpec, hwNetdevs map[string]bool) error {
 		dn := uverbsDev(h.Uverbs)
 		w.file(d+"/ibdev", h.Name)
 		w.file(d+"/dev", dn.String())
-		w.file(d+"/abi_version", "1")
+		w.file(d+"/abi_version", uverbsABI(h))
 		if pl.pci != "" {
 			w.link(d+"/device", pl.pci)
 		}
@@ -877,4 +877,13 @@ func (b *builder) corrupt(h *HCASpec) error {
 		}
 	}
 	return b.w.err
+}
+
+// uverbsABI is the driver's uverbs ABI version in uverbsN/abi_version: rxe
+// (a software CA) has 2, siw and mlx5 have 1 (seen in test/vm).
+func uverbsABI(h *HCASpec) string {
+	if h.PCI == nil && h.NodeType != "4: RNIC" {
+		return "2"
+	}
+	return "1"
 }

@@ -240,7 +240,7 @@ func checkHCA(t *testing.T, n *Node, h *HCASpec) {
 		sameFile(t, l, filepath.Join(filepath.Dir(ibdir), "..", "infiniband_verbs", name))
 		wantContent(t, filepath.Join(l, "ibdev"), h.Name)
 		wantContent(t, filepath.Join(l, "dev"), fmt.Sprintf("231:%d", 192+h.Uverbs))
-		wantContent(t, filepath.Join(l, "abi_version"), "1")
+		wantContent(t, filepath.Join(l, "abi_version"), uverbsABI(h))
 		if h.PCI != nil {
 			sameFile(t, filepath.Join(l, "device"), pciDir)
 		}
