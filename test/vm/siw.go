@@ -103,7 +103,14 @@ func (c *Cache) BuildSiw(ctx context.Context, img Package, release string) (stri
 	if err := os.WriteFile(out+".tmp", b, 0o644); err != nil {
 		return "", err
 	}
-	return out, os.Rename(out+".tmp", out)
+	if err := os.Rename(out+".tmp", out); err != nil {
+		return "", err
+	}
+	// The unpacked trees served this build only (the .debs stay).
+	for _, p := range pkgs {
+		_ = os.RemoveAll(p.Root)
+	}
+	return out, nil
 }
 
 // kernelCompiler reads the compiler (gcc-12) from the headers'
