@@ -246,7 +246,10 @@ func TestExclusiveClaimsEachTransferOnOwnDevice(t *testing.T) {
 			t.Errorf("container of %s: /dev/infiniband = %v, want %v", c.dev, got, want)
 		}
 		gid := gidIndex(t, n, c.dev)
-		script := fmt.Sprintf("ibv_rc_pingpong -d %[1]s -g %[2]d -p %[3]d -n 500 -s 4096 & sleep 1; ibv_rc_pingpong -d %[1]s -g %[2]d -p %[3]d -n 500 -s 4096 %[4]s; c=$?; wait $!; s=$?; echo client=$c server=$s; [ $c = 0 ] && [ $s = 0 ]",
+		// The client starts once the server listens (the guest's /proc/net/tcp).
+		script := fmt.Sprintf("ibv_rc_pingpong -d %[1]s -g %[2]d -p %[3]d -n 500 -s 4096 & "+
+			"for i in $(seq 200); do grep -q ':%04[3]X 00000000:0000 0A' /proc/net/tcp && break; sleep 0.1; done; "+
+			"ibv_rc_pingpong -d %[1]s -g %[2]d -p %[3]d -n 500 -s 4096 %[4]s; c=$?; wait $!; s=$?; echo client=$c server=$s; [ $c = 0 ] && [ $s = 0 ]",
 			c.dev, gid, pingpongPort+1+i, c.ip)
 		r := runContainer(t, "xfer-"+c.dev, withCDI(t, containerSpec("xfer-"+c.dev, "sh", "-c", script), n.cdiDir, ids...), 60*time.Second)
 		m := throughput.FindAllStringSubmatch(r.out, -1)
