@@ -3,12 +3,12 @@ package guest
 // Claims prepared by the driver, their CDI specs injected into runc
 // containers, and real RDMA transfers over Soft-RoCE from inside them.
 //
-// A transfer between rxe0 and rxe1 in one kernel cannot work on 6.1: both
-// addresses are local, so the packets go through lo, where rxe has no
-// device and drops them (modify QP to RTR fails), and rxe works only in
-// the initial network namespace. So the cross-container transfer runs over
-// one shared rxe (two claims on shares of rxe0), and in exclusive mode each
-// container runs a transfer on its own device.
+// A transfer between rxe0 and rxe1 in one kernel fails on 6.1 (modify QP
+// to RTR): both addresses are local, the route between them is lo, where
+// there is no rxe, and rxe works only in the initial network namespace. So
+// the cross-container transfer runs over one shared rxe (two claims on
+// shares of rxe0), and in exclusive mode each container runs a transfer on
+// its own device.
 
 import (
 	"encoding/json"
