@@ -37,6 +37,7 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/pkg/kevents"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/legacy"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmacg"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmanl"
 )
 
 type options struct {
@@ -95,7 +96,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.legacyShares, "legacy-shares", legacy.DefaultShares, "how many rdma/hca pods a node takes")
 	fs.BoolVar(&o.taintUnhealthy, "taint-unhealthy", true, "taint HCAs whose port is not ACTIVE with rdma.dra.dev/port-down:NoSchedule")
 	fs.DurationVar(&o.portPollInterval, "port-poll-interval", 250*time.Millisecond, "how often port state files are checked between rescans; 0 disables")
-	fs.StringVar(&o.hookPath, "hook-path", "/opt/rdma-dra-driver/bin/rdma-dra-hook", "host path of the rdma-dra-hook binary (installed by the chart) that CDI specs name to set a container's rdma.max")
+	fs.StringVar(&o.hookPath, "hook-path", "/opt/rdma-dra-driver/bin/rdma-dra-hook", "host path of the rdma-dra-hook binary (installed by the chart) that CDI specs name to set a container's rdma.max and, in exclusive RDMA netns mode, to move a pod's HCAs into its network namespace")
 	fs.Int64Var(&o.hcaHandlesPerHCA, "hca-handles-per-hca", 1000, "shared mode: hcaHandles capacity of each HCA (rdma.max hca_handle a claim may ask for); 0 publishes none")
 	fs.Int64Var(&o.hcaObjectsPerHCA, "hca-objects-per-hca", 1000000, "shared mode: hcaObjects capacity of each HCA (rdma.max hca_object a claim may ask for); 0 publishes none")
 	fs.BoolVar(&o.deviceMetadata, "device-metadata", true, "write each prepared device's metadata file (KEP-5304), bind-mounted into containers under /var/run/kubernetes.io/dra-device-attributes")
@@ -281,6 +282,15 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 	if o.sharing == "shared" {
 		dcfg.Shares = o.sharesPerHCA
 		dcfg.HCAHandles, dcfg.HCAObjects, dcfg.HookPath = rdmaLimits(logger, o)
+	}
+	if filepath.IsAbs(o.hookPath) {
+		// Also for moving HCAs into pods' network namespaces (exclusive
+		// RDMA netns mode), which the driver decides per claim.
+		dcfg.HookPath = o.hookPath
+	}
+	if hca.HostNetlink(o.sysfsRoot) != nil {
+		// Unprepare checks that moved HCAs are back in the host's namespace.
+		deps.HostRDMA = rdmanl.Client{}
 	}
 	var shim *legacy.Plugin
 	switch o.legacyRoute {

@@ -365,8 +365,25 @@ func NodeEdits(hcas []hca.HCA, opts EditOptions) (cdispec.ContainerEdits, error)
 	return all, nil
 }
 
-// HookTimeout bounds the hook's run, in seconds: it only writes one file.
+// HookTimeout bounds the limit hook's run, in seconds: it only writes one file.
 const HookTimeout = 10
+
+// NetnsHookTimeout bounds the netns hook's run, in seconds: the kernel
+// disassociates the device's users and re-registers it in the new namespace.
+const NetnsHookTimeout = 30
+
+// NetnsHook is the OCI createRuntime hook that moves an HCA (and, if
+// given, its netdevs) into the container's network namespace, for pods
+// without hostNetwork on nodes in exclusive RDMA netns mode. It must come
+// before any other hook of the device.
+func NetnsHook(hookPath, ibdev string, netdevs []string) *cdispec.Hook {
+	args := []string{filepath.Base(hookPath), "netns", "--device=" + ibdev}
+	for _, nd := range netdevs {
+		args = append(args, "--netdev="+nd)
+	}
+	timeout := NetnsHookTimeout
+	return &cdispec.Hook{HookName: "createRuntime", Path: hookPath, Args: args, Timeout: &timeout}
+}
 
 // LimitHook is the OCI createRuntime hook that sets a container's rdma.max
 // for ibdev, handles and objects being 0 for "not limited". hookPath is the

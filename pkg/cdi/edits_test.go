@@ -296,3 +296,29 @@ func TestGIDHintsByNetwork(t *testing.T) {
 		})
 	}
 }
+
+func TestHooks(t *testing.T) {
+	const path = "/opt/rdma-dra-driver/bin/rdma-dra-hook"
+	tests := []struct {
+		name        string
+		hook        *cdispec.Hook
+		wantArgs    []string
+		wantTimeout int
+	}{
+		{"netns", NetnsHook(path, "mlx5_0", nil), []string{"rdma-dra-hook", "netns", "--device=mlx5_0"}, NetnsHookTimeout},
+		{"netns with netdevs", NetnsHook(path, "mlx5_0", []string{"ens1f0np0", "ens1f0np0v1"}),
+			[]string{"rdma-dra-hook", "netns", "--device=mlx5_0", "--netdev=ens1f0np0", "--netdev=ens1f0np0v1"}, NetnsHookTimeout},
+		{"limit", LimitHook(path, "mlx5_0", 4, 0), []string{"rdma-dra-hook", "limit", "--device=mlx5_0", "--hca-handle=4", "--hca-object=max"}, HookTimeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := tt.hook
+			if h.HookName != "createRuntime" || h.Path != path || h.Timeout == nil || *h.Timeout != tt.wantTimeout {
+				t.Errorf("hook %+v, want createRuntime %s with timeout %d", h, path, tt.wantTimeout)
+			}
+			if diff := cmp.Diff(tt.wantArgs, h.Args); diff != "" {
+				t.Errorf("args (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -54,8 +54,11 @@ type Device struct {
 	// nil when the claim asked for none.
 	PKey *PKey `json:"pkey,omitempty"`
 	// AddressFamily is HcaConfig.addressFamily; empty means Auto.
-	AddressFamily string   `json:"addressFamily,omitempty"`
-	CDIDeviceIDs  []string `json:"cdiDeviceIDs,omitempty"`
+	AddressFamily string `json:"addressFamily,omitempty"`
+	// MoveNetdev is HcaConfig.moveNetdev: where the HCA moves into the
+	// pod's network namespace (exclusive netns mode), its netdevs go too.
+	MoveNetdev   bool     `json:"moveNetdev,omitempty"`
+	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
 }
 
 // PKey is a partition key and its index in the HCA's ports' tables.

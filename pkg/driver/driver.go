@@ -89,7 +89,10 @@ type Config struct {
 	// rdma.max through HookPath. Zero where the kernel lacks the controller.
 	HCAHandles, HCAObjects int64
 	// HookPath is the host path of rdma-dra-hook, named in the CDI specs of
-	// claims with limits; required when the capacities are published.
+	// claims with limits and of claims whose HCAs move into a pod's
+	// network namespace (exclusive RDMA netns mode); required when the
+	// capacities are published, and for pods off the host network in
+	// exclusive mode.
 	HookPath string
 	// DeviceMetadata attaches each prepared device's metadata (see
 	// slices.Metadata) to the prepare result. It reaches containers only
@@ -111,6 +114,8 @@ type Driver struct {
 	bootID  string
 	metrics *Metrics
 	kernel  <-chan kevents.Event
+	// hostRDMA, if set, tells unprepare whether moved HCAs are back.
+	hostRDMA HostRDMA
 
 	// scanMu orders rescans: the ticker, the port watcher and kernel
 	// events may ask at once, and a slower discovery must not swap in an
@@ -155,6 +160,10 @@ type Deps struct {
 	// OnInventory, if set, sees every new inventory (the device-plugin shim
 	// follows the same discovery). It runs on the slow path.
 	OnInventory func(hca.Inventory)
+	// HostRDMA, if set, lists the RDMA devices of the host's network
+	// namespace (rdmanl.Client): unprepare checks with it that HCAs moved
+	// into a pod's namespace came back.
+	HostRDMA HostRDMA
 }
 
 // New recovers the driver's state and takes the first inventory.
@@ -195,6 +204,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Driver, error) {
 		kernel:  deps.KernelEvents,
 		retryCh: make(chan struct{}, 1),
 
+		hostRDMA: deps.HostRDMA,
+
 		healthChanged: make(chan struct{}),
 	}
 	if d.metrics == nil {
@@ -214,6 +225,12 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Driver, error) {
 	}
 	if _, err := d.rescan(ctx); err != nil {
 		return nil, err
+	}
+	if why := d.sharingConflict(d.Inventory()); why != "" {
+		return nil, errors.New(why)
+	}
+	if d.Inventory().NetnsMode == hca.NetnsExclusive && cfg.AllowNonHostNetwork && cfg.HookPath == "" {
+		logger.Info("Warning: exclusive RDMA netns mode and no --hook-path: claims of pods that are not on the host network will be refused (their HCAs cannot be moved into the pods' namespaces)")
 	}
 	if quarantined {
 		uids, err := d.specs.ClaimUIDs()

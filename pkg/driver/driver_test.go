@@ -64,6 +64,9 @@ type env struct {
 	legacy      int64  // legacy device when > 0
 	metadata    bool   // device metadata files (KEP-5304)
 	hook        string // RDMA cgroup limits with this hook path, when set
+	hookPath    string // the hook's path without limits (netns moves)
+	hostRDMA    driver.HostRDMA
+	metrics     *driver.Metrics
 
 	drv    *driver.Driver
 	helper *kubeletplugin.Helper
@@ -120,8 +123,10 @@ func (e *env) start() {
 		AllowNonHostNetwork: e.allowNonHN, RescanInterval: time.Hour,
 		Shares: e.shares, LegacyShares: e.legacy, TaintUnhealthy: true, PortPollInterval: e.portPoll,
 		DeviceMetadata: e.metadata,
-		HookPath:       e.hook, HCAHandles: limitIf(e.hook, 64), HCAObjects: limitIf(e.hook, 4096),
+		HookPath:       e.hook + e.hookPath, HCAHandles: limitIf(e.hook, 64), HCAObjects: limitIf(e.hook, 4096),
 	}, driver.Deps{
+		HostRDMA:   e.hostRDMA,
+		Metrics:    e.metrics,
 		Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(e.node.SysfsRoot), hca.WithDevRoot(e.node.DevRoot), hca.WithReadFile(e.node.ReadFile)),
 		Pods:       podGetter{e.client},
 		SpecDir:    cdi.NewSpecDir(e.cdiDir),

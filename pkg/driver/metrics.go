@@ -23,6 +23,7 @@ type Metrics struct {
 	deviceHealthy     *metrics.GaugeVec
 	lastPublish       *metrics.Gauge
 	kernelEvents      *metrics.CounterVec
+	netnsNotReturned  *metrics.CounterVec
 }
 
 const namespace = "rdma_dra"
@@ -45,16 +46,18 @@ func NewMetrics() *Metrics {
 		publishes: metrics.NewCounter(&metrics.CounterOpts{Namespace: namespace, Name: "publishes_total",
 			Help: "ResourceSlice publishes (only changed inventories are published).", StabilityLevel: metrics.ALPHA}),
 		backgroundErrors: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: namespace, Name: "background_errors_total",
-			Help: "Errors outside of gRPC calls, by kind (publish, discovery, checkpoint, cdi).", StabilityLevel: metrics.ALPHA}, []string{"kind"}),
+			Help: "Errors outside of gRPC calls, by kind (publish, discovery, checkpoint, cdi, netns).", StabilityLevel: metrics.ALPHA}, []string{"kind"}),
 		deviceHealthy: metrics.NewGaugeVec(&metrics.GaugeOpts{Namespace: namespace, Name: "device_healthy",
 			Help: "1 when every port of the device is ACTIVE with its link up, 0 otherwise.", StabilityLevel: metrics.ALPHA}, []string{"device"}),
 		lastPublish: metrics.NewGauge(&metrics.GaugeOpts{Namespace: namespace, Name: "last_publish_timestamp_seconds",
 			Help: "When ResourceSlices were last handed to the publisher (time since = now - this).", StabilityLevel: metrics.ALPHA}),
 		kernelEvents: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: namespace, Name: "kernel_events_total",
 			Help: "Kernel notifications that triggered a rescan, by source (link, uevent, overflow, failed).", StabilityLevel: metrics.ALPHA}, []string{"source"}),
+		netnsNotReturned: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: namespace, Name: "netns_not_returned_total",
+			Help: "HCAs moved into a pod's network namespace (exclusive netns mode) that were not back in the host's when their claim was unprepared, by device.", StabilityLevel: metrics.ALPHA}, []string{"hca"}),
 	}
 	m.Registry.MustRegister(m.prepareTotal, m.prepareDuration, m.unprepareTotal, m.unprepareDuration,
-		m.publishedDevices, m.publishes, m.backgroundErrors, m.deviceHealthy, m.lastPublish, m.kernelEvents)
+		m.publishedDevices, m.publishes, m.backgroundErrors, m.deviceHealthy, m.lastPublish, m.kernelEvents, m.netnsNotReturned)
 	return m
 }
 

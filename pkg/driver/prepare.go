@@ -155,6 +155,10 @@ func (d *Driver) resolveLocked(ctx context.Context, claim *resourceapi.ResourceC
 		if r.ShareID != nil {
 			dev.ShareID = string(*r.ShareID)
 		}
+		dev.MoveNetdev = *cfg.MoveNetdev
+		if err := d.checkMoveLocked(c, dev); err != nil {
+			return c, err
+		}
 		if holder := holderOf(dev, c.UID, cp, pending); holder != "" {
 			return c, fmt.Errorf("device %s (%s) is already prepared for claim %s; refusing to hand one HCA to two claims", r.Device, h.Name, holder)
 		}
@@ -336,9 +340,17 @@ func familyName(f string) string {
 // --allow-non-host-network=false, and tells the GID hints whether the
 // host's GID table is the pods' own. Where the policy allows every pod, a
 // failed lookup only costs the hints their host index (NetworkUnknown).
+//
+// In exclusive RDMA netns mode the answer decides whether the HCAs move, so
+// it must be known: a failed lookup is an error there too, and so is a
+// claim reserved for pods both on and off the host network.
 func (d *Driver) claimNetwork(ctx context.Context, claim *resourceapi.ResourceClaim) (cdi.Network, error) {
 	enforce := !d.cfg.AllowNonHostNetwork
+	exclusive := d.exclusiveLocked()
 	if d.pods == nil {
+		if exclusive {
+			return "", errors.New("this node's RDMA subsystem is in exclusive netns mode, where the HCAs of a pod that is not on the host network move into its namespace, but the driver cannot look pods up")
+		}
 		return cdi.NetworkUnknown, nil // New refuses this when enforcing
 	}
 	host, own := 0, 0
@@ -353,7 +365,7 @@ func (d *Driver) claimNetwork(ctx context.Context, claim *resourceapi.ResourceCl
 			err = fmt.Errorf("looking up pod %s/%s for the hostNetwork policy: %w", claim.Namespace, ref.Name, err)
 		}
 		if err != nil {
-			if enforce {
+			if enforce || exclusive {
 				return "", err
 			}
 			klog.FromContext(ctx).V(2).Info("No GID index hints for the claim", "claim", klog.KObj(claim), "err", err)
@@ -369,6 +381,8 @@ func (d *Driver) claimNetwork(ctx context.Context, claim *resourceapi.ResourceCl
 		own++
 	}
 	switch {
+	case exclusive && host > 0 && own > 0:
+		return "", fmt.Errorf("the claim is reserved for pods on the host network and pods on their own, but this node's RDMA subsystem is in exclusive netns mode, where an HCA is in one network namespace at a time")
 	case host > 0 && own == 0:
 		return cdi.NetworkHost, nil
 	case own > 0 && host == 0:
@@ -390,6 +404,14 @@ func (d *Driver) writeSpecLocked(c checkpoint.Claim, group []hca.HCA) error {
 		var err error
 		if h, ok := d.byDevice[dev.Device]; ok {
 			edits, err = cdi.DeviceEdits(h, opts)
+			// The move first: a container whose HCA cannot join its
+			// namespace is refused before anything else is done for it.
+			var move *cdispec.Hook
+			if err == nil {
+				if move, err = d.netnsHookLocked(c, dev, h); move != nil {
+					edits.Hooks = append(edits.Hooks, move)
+				}
+			}
 			if err == nil && dev.Limits != nil {
 				edits.Hooks = append(edits.Hooks, cdi.LimitHook(d.cfg.HookPath, h.Name, dev.Limits.HCAHandles, dev.Limits.HCAObjects))
 			}
@@ -516,10 +538,16 @@ func (d *Driver) metadataLocked(dev checkpoint.Device) *kubeletplugin.DeviceMeta
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	start := time.Now()
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	locked := true
+	defer func() {
+		if locked {
+			d.mu.Unlock()
+		}
+	}()
 
 	results := make(map[types.UID]error, len(claims))
 	var done []string
+	moved := map[string]string{} // ibdev -> claim, of HCAs the kernel should hand back
 	for _, claim := range claims {
 		if err := d.specs.RemoveClaim(string(claim.UID)); err != nil {
 			results[claim.UID] = fmt.Errorf("claim %s: removing its CDI spec: %w", claim.String(), err)
@@ -530,16 +558,26 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	}
 	err := d.store.Update(func(cp *checkpoint.Checkpoint) error {
 		for _, uid := range done {
+			if c, ok := cp.Claims[uid]; ok {
+				for _, ibdev := range d.movedDevicesLocked(c) {
+					moved[ibdev] = c.Namespace + "/" + c.Name
+				}
+			}
 			delete(cp.Claims, uid)
 		}
 		return nil
 	})
 	if err != nil {
+		moved = nil // still recorded: the kubelet asks again
 		for _, uid := range done {
 			results[types.UID(uid)] = fmt.Errorf("claim %s: updating the checkpoint: %w", uid, err)
 		}
 	}
 	klog.FromContext(ctx).V(4).Info("Unprepared claims", "count", len(done))
 	d.metrics.observeErrs(d.metrics.unprepareTotal, d.metrics.unprepareDuration, results, start)
+	// Prepares need not wait for the kernel.
+	d.mu.Unlock()
+	locked = false
+	d.checkReturned(ctx, moved)
 	return results, nil
 }

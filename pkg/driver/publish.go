@@ -31,11 +31,13 @@ func (d *Driver) rescan(ctx context.Context) (bool, error) {
 		d.metrics.backgroundErrors.WithLabelValues("discovery").Inc()
 		return false, err
 	}
-	byDevice := rslices.Published(inv)
 	d.mu.Lock()
+	d.keepMovedLocked(d.inv, &inv)
+	byDevice := rslices.Published(inv)
 	// The first inventory always counts as a change, even an empty one: the
 	// device-plugin shim waits for it.
 	changed := !d.scanned || !apiequality.Semantic.DeepEqual(d.inv, inv)
+	modeChanged := d.scanned && d.inv.NetnsMode != inv.NetnsMode
 	d.scanned = true
 	old := d.inv
 	d.inv, d.byDevice = inv, byDevice
@@ -43,6 +45,9 @@ func (d *Driver) rescan(ctx context.Context) (bool, error) {
 		d.updateTaintsLocked(time.Now())
 		d.notifyHealthLocked()
 		d.refreshNodeWideSpecsLocked(ctx)
+	}
+	if modeChanged {
+		d.netnsModeChangedLocked(ctx, old, inv)
 	}
 	d.mu.Unlock()
 	if changed {

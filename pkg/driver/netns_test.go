@@ -1,0 +1,393 @@
+package driver_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/driver"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmanl"
+)
+
+const hookPath = "/opt/rdma-dra-driver/bin/rdma-dra-hook"
+
+// exclusiveEnv is the simulated dgx-h100 with its RDMA subsystem in
+// exclusive netns mode (module/ib_core/parameters/netns_mode "N"), seen
+// from the host's namespace (or from another one when foreign).
+func exclusiveEnv(t *testing.T, foreign bool) *env {
+	t.Helper()
+	e := newEnv(t)
+	spec, err := hcatest.Preset("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.NetnsShared, spec.ForeignNetns = false, foreign
+	if e.node, err = hcatest.Build(filepath.Join(t.TempDir(), "node"), spec); err != nil {
+		t.Fatal(err)
+	}
+	e.allowNonHN, e.hookPath = true, hookPath
+	return e
+}
+
+// setNetnsMode flips the simulated kernel's mode, as "rdma system set
+// netns" does, and has the driver rescan.
+func setNetnsMode(t *testing.T, e *env, shared bool) {
+	t.Helper()
+	v := "N"
+	if shared {
+		v = "Y"
+	}
+	if err := os.WriteFile(filepath.Join(e.node.SysfsRoot, "module/ib_core/parameters/netns_mode"), []byte(v+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.drv.Rescan(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hooks lists the createRuntime hooks' arguments of a container.
+func hooks(s *oci.Spec) [][]string {
+	if s.Hooks == nil {
+		return nil
+	}
+	var out [][]string
+	for _, h := range s.Hooks.CreateRuntime {
+		out = append(out, h.Args)
+	}
+	return out
+}
+
+// The daemon reads the host's sysfs: in exclusive mode it sees every HCA
+// there. From another namespace it sees none and says why.
+func TestExclusiveModeDiscovery(t *testing.T) {
+	t.Parallel()
+	for _, foreign := range []bool{false, true} {
+		e := exclusiveEnv(t, foreign)
+		e.start()
+		inv := e.drv.Inventory()
+		if inv.NetnsMode != hca.NetnsExclusive {
+			t.Errorf("foreign %v: netns mode %q, want exclusive", foreign, inv.NetnsMode)
+		}
+		want := 10
+		if foreign {
+			want = 0
+		}
+		if len(inv.HCAs) != want {
+			t.Errorf("foreign %v: %d HCAs, want %d", foreign, len(inv.HCAs), want)
+		}
+		warned := slices.ContainsFunc(inv.Warnings, func(w string) bool {
+			return strings.Contains(w, "in exclusive netns mode sysfs shows only the RDMA devices of the reader's network namespace")
+		})
+		if warned != foreign {
+			t.Errorf("foreign %v: warnings %q", foreign, inv.Warnings)
+		}
+		if foreign {
+			r := e.prepare(e.claim("far", hostNetworkPod("far", false), one("mlx5-0")))["uid-far"]
+			if !strings.Contains(r.Error, "device mlx5-0 is no longer on node dgx01") {
+				t.Errorf("prepare from a foreign namespace: %q", r.Error)
+			}
+		}
+	}
+}
+
+// A pod off the host network on an exclusive-mode node gets the netns hook
+// (with its netdevs, Ethernet or IPoIB, when HcaConfig.moveNetdev asks); a hostNetwork pod,
+// or any pod on a shared-mode node, gets none.
+func TestNetnsHook(t *testing.T) {
+	t.Parallel()
+	moveNetdev := `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","moveNetdev":true}`
+	tests := []struct {
+		name        string
+		shared      bool // the node's netns mode
+		hostNetwork bool
+		device      string
+		configs     []string
+		want        [][]string
+	}{
+		{name: "own net", device: "mlx5-0",
+			want: [][]string{{"rdma-dra-hook", "netns", "--device=mlx5_0"}}},
+		{name: "netdev too", device: "mlx5-8", configs: []string{moveNetdev},
+			want: [][]string{{"rdma-dra-hook", "netns", "--device=mlx5_8", "--netdev=ens1f0np0"}}},
+		{name: "ipoib", device: "mlx5-1", configs: []string{moveNetdev},
+			want: [][]string{{"rdma-dra-hook", "netns", "--device=mlx5_1", "--netdev=ibp23s0"}}},
+		{name: "hostnet", hostNetwork: true, device: "mlx5-2", configs: []string{moveNetdev}},
+		{name: "shared", shared: true, device: "mlx5-3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := exclusiveEnv(t, false)
+			e.start()
+			if tt.shared {
+				setNetnsMode(t, e, true)
+			}
+			c := e.claim("c", hostNetworkPod("p", tt.hostNetwork), one(tt.device), tt.configs...)
+			s := e.container(e.mustPrepare(c)...)
+			if diff := cmp.Diff(tt.want, hooks(s)); diff != "" {
+				t.Errorf("createRuntime hooks (-want +got):\n%s", diff)
+			}
+			if s.Hooks == nil {
+				return
+			}
+			for _, h := range s.Hooks.CreateRuntime {
+				if h.Path != hookPath || h.Timeout == nil || *h.Timeout != 30 {
+					t.Errorf("hook %s with timeout %v, want %s and 30 s", h.Path, h.Timeout, hookPath)
+				}
+			}
+		})
+	}
+}
+
+func TestExclusiveModeRefusals(t *testing.T) {
+	t.Parallel()
+	t.Run("shared at start", func(t *testing.T) {
+		e := exclusiveEnv(t, false)
+		_, err := driver.New(context.Background(), driver.Config{DriverName: driverName, NodeName: nodeName,
+			HostDevRoot: e.node.DevRoot, AllowNonHostNetwork: true, Shares: 1000, HookPath: hookPath}, driver.Deps{
+			Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(e.node.SysfsRoot), hca.WithDevRoot(e.node.DevRoot)),
+			Pods:       podGetter{e.client},
+			SpecDir:    cdi.NewSpecDir(e.cdiDir),
+			Checkpoint: checkpoint.NewStore(e.checkpointPath()),
+		})
+		for _, want := range []string{"this node's RDMA subsystem is in exclusive netns mode (read from /sys/module/ib_core/parameters/netns_mode)",
+			"so HCAs cannot be shared (--sharing=shared)", "rdma system set netns shared"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("starting shared on an exclusive node: %v; want it to say %q", err, want)
+			}
+		}
+	})
+	t.Run("shared hostnet", func(t *testing.T) {
+		e := exclusiveEnv(t, false)
+		e.shares, e.allowNonHN = 1000, false
+		e.start() // every pod is in the initial namespace: nothing moves
+		c := e.claim("h", hostNetworkPod("h", true), shared("mlx5-0", "s1"))
+		if s := e.container(e.mustPrepare(c)...); hooks(s) != nil {
+			t.Errorf("hooks %q, want none", hooks(s))
+		}
+	})
+	t.Run("mixed pods", func(t *testing.T) {
+		e := exclusiveEnv(t, false)
+		e.start()
+		c := e.claim("mixed", hostNetworkPod("a", true), one("mlx5-0"))
+		b := hostNetworkPod("b", false)
+		e.claim("other", b, one("mlx5-1")) // creates pod b
+		c.Status.ReservedFor = append(c.Status.ReservedFor, c.Status.ReservedFor[0])
+		c.Status.ReservedFor[1].Name, c.Status.ReservedFor[1].UID = b.Name, b.UID
+		if _, err := e.client.ResourceV1().ResourceClaims("default").UpdateStatus(context.Background(), c, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r := e.prepare(c)["uid-mixed"]
+		if !strings.Contains(r.Error, "reserved for pods on the host network and pods on their own, but this node's RDMA subsystem is in exclusive netns mode") {
+			t.Errorf("error %q", r.Error)
+		}
+	})
+	t.Run("lookup fails", func(t *testing.T) {
+		e := exclusiveEnv(t, false)
+		e.start()
+		c := e.claim("ghost", nil, one("mlx5-0"))
+		c.Status.ReservedFor = append(c.Status.ReservedFor, resourceRef("gone", "pod-gone"))
+		if _, err := e.client.ResourceV1().ResourceClaims("default").UpdateStatus(context.Background(), c, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if r := e.prepare(c)["uid-ghost"]; !strings.Contains(r.Error, "looking up pod default/gone") {
+			t.Errorf("error %q, want the failed lookup", r.Error)
+		}
+	})
+	t.Run("no hook", func(t *testing.T) {
+		e := exclusiveEnv(t, false)
+		e.hookPath = ""
+		e.start()
+		r := e.prepare(e.claim("c", hostNetworkPod("p", false), one("mlx5-0")))["uid-c"]
+		if !strings.Contains(r.Error, "device mlx5-0 (mlx5_0) must move into the pod's network namespace") || !strings.Contains(r.Error, "--hook-path") {
+			t.Errorf("error %q", r.Error)
+		}
+	})
+}
+
+// The mode flipping under a running daemon: shared HCAs are refused for
+// pods off the host network from then on, and prepared claims' specs are
+// rewritten so restarted containers get the move.
+func TestNetnsModeFlips(t *testing.T) {
+	t.Parallel()
+	t.Run("shared", func(t *testing.T) {
+		e := exclusiveEnv(t, false)
+		e.shares = 1000
+		setSpecShared(t, e)
+		e.metrics = driver.NewMetrics()
+		e.start()
+		e.mustPrepare(e.claim("before", hostNetworkPod("before", false), shared("mlx5-0", "s1")))
+		setNetnsMode(t, e, false)
+		r := e.prepare(e.claim("after", hostNetworkPod("after", false), shared("mlx5-0", "s2")))["uid-after"]
+		if !strings.Contains(r.Error, "device mlx5-0 (mlx5_0) is shared, but this node's RDMA subsystem is now in exclusive netns mode") {
+			t.Errorf("error %q", r.Error)
+		}
+		e.mustPrepare(e.claim("host", hostNetworkPod("host", true), shared("mlx5-0", "s3")))
+		if v := metricValue(t, e.metrics, "rdma_dra_background_errors_total", "kind", "netns"); v != 1 {
+			t.Errorf("background_errors_total{kind=netns} = %v, want 1", v)
+		}
+	})
+	t.Run("whole", func(t *testing.T) {
+		e := exclusiveEnv(t, false)
+		setSpecShared(t, e)
+		e.start()
+		ids := e.mustPrepare(e.claim("c", hostNetworkPod("p", false), one("mlx5-4")))
+		if h := hooks(e.container(ids...)); h != nil {
+			t.Fatalf("shared mode: hooks %q", h)
+		}
+		setNetnsMode(t, e, false)
+		want := [][]string{{"rdma-dra-hook", "netns", "--device=mlx5_4"}}
+		if diff := cmp.Diff(want, hooks(e.container(ids...))); diff != "" {
+			t.Errorf("after the flip (-want +got):\n%s", diff)
+		}
+		setNetnsMode(t, e, true)
+		if h := hooks(e.container(ids...)); h != nil {
+			t.Errorf("flipped back: hooks %q", h)
+		}
+	})
+}
+
+// hostView is the host namespace's RDMA netlink on the simulated node:
+// every HCA of the spec except those a pod's namespace still holds.
+type hostView struct {
+	mu    sync.Mutex
+	node  *hcatest.Node
+	held  map[string]bool
+	calls int
+}
+
+func (h *hostView) Devices() ([]rdmanl.Device, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls++
+	var out []rdmanl.Device
+	for i, s := range h.node.Spec.HCAs {
+		if !h.held[s.Name] {
+			out = append(out, rdmanl.Device{Index: uint32(i), Name: s.Name})
+		}
+	}
+	return out, nil
+}
+
+func (h *hostView) hold(name string, held bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held[name] = held
+}
+
+// A moved HCA stays in the inventory and the slice while its pod holds
+// it (the host's sysfs no longer lists it); unprepare checks it came back
+// and warns, without failing, when it did not.
+func TestMovedHCA(t *testing.T) {
+	t.Parallel()
+	e := exclusiveEnv(t, false)
+	view := &hostView{node: e.node, held: map[string]bool{}}
+	e.hostRDMA, e.metrics = view, driver.NewMetrics()
+	e.start()
+	c := e.claim("c", hostNetworkPod("p", false), one("mlx5-3"))
+	e.mustPrepare(c)
+
+	// The hook moved it: the host's class/infiniband no longer lists it.
+	link := filepath.Join(e.node.SysfsRoot, "class/infiniband/mlx5_3")
+	target, err := os.Readlink(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	view.hold("mlx5_3", true)
+	if err := e.drv.Rescan(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	inv := e.drv.Inventory()
+	i := slices.IndexFunc(inv.HCAs, func(h hca.HCA) bool { return h.Name == "mlx5_3" })
+	if i < 0 || !inv.HCAs[i].Usable || !slices.ContainsFunc(inv.HCAs[i].Warnings, func(w string) bool {
+		return strings.Contains(w, "moved into the network namespace of the pod of claim default/c")
+	}) {
+		t.Fatalf("mlx5_3 after the move: %+v", inv.HCAs)
+	}
+	// The kubelet asks again after its restart: still preparable.
+	if ids := e.mustPrepare(c); len(hooks(e.container(ids...))) != 1 {
+		t.Errorf("re-prepare while moved: hooks %q", hooks(e.container(ids...)))
+	}
+
+	// The pod's namespace outlives the unprepare: a warning, success.
+	r := e.unprepare(ref(c))["uid-c"]
+	if r.Error != "" {
+		t.Fatalf("unprepare: %s", r.Error)
+	}
+	if v := metricValue(t, e.metrics, "rdma_dra_netns_not_returned_total", "hca", "mlx5_3"); v != 1 {
+		t.Errorf("netns_not_returned_total{hca=mlx5_3} = %v, want 1", v)
+	}
+
+	// Back in the host's namespace: nothing to say.
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	view.hold("mlx5_3", false)
+	c2 := e.claim("c2", hostNetworkPod("p2", false), one("mlx5-3"))
+	e.mustPrepare(c2)
+	before := view.calls
+	if r := e.unprepare(ref(c2))["uid-c2"]; r.Error != "" {
+		t.Fatalf("unprepare: %s", r.Error)
+	}
+	if v := metricValue(t, e.metrics, "rdma_dra_netns_not_returned_total", "hca", "mlx5_3"); v != 1 || view.calls != before+1 {
+		t.Errorf("returned HCA: counter %v (want still 1), %d checks (want 1)", v, view.calls-before)
+	}
+	// A hostNetwork claim moved nothing: no check.
+	c3 := e.claim("c3", hostNetworkPod("p3", true), one("mlx5-3"))
+	e.mustPrepare(c3)
+	before = view.calls
+	e.unprepare(ref(c3))
+	if view.calls != before {
+		t.Errorf("%d checks after a hostNetwork claim, want none", view.calls-before)
+	}
+}
+
+// setSpecShared starts the node in shared mode ("Y"), before the driver.
+func setSpecShared(t *testing.T, e *env) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(e.node.SysfsRoot, "module/ib_core/parameters/netns_mode"), []byte("Y\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func resourceRef(name, uid string) resourceapi.ResourceClaimConsumerReference {
+	return resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: name, UID: types.UID(uid)}
+}
+
+// metricValue reads one labelled counter from the driver's registry.
+func metricValue(t *testing.T, m *driver.Metrics, name, label, value string) float64 {
+	t.Helper()
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, metric := range f.GetMetric() {
+			for _, l := range metric.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return metric.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
