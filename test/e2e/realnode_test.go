@@ -41,7 +41,6 @@ func TestRealNode(t *testing.T) {
 		t.Skipf("the node's binaries cannot be built here: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	dir := t.TempDir()
 
 	image, err := node.BuildDriverImage()
@@ -67,6 +66,7 @@ func TestRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cp.Stop)
+	t.Cleanup(cancel) // controllers stop before the API server does
 	for _, start := range []func(context.Context, *cluster.ControlPlane) error{cluster.StartControllers, cluster.StartNodeControllers, cluster.StartScheduler} {
 		if err := start(ctx, cp); err != nil {
 			t.Fatal(err)

@@ -107,9 +107,10 @@ func Start(ctx context.Context, tb cluster.TB, cp *cluster.ControlPlane, opts Op
 		Bin:        bin,
 		tb:         tb,
 		cp:         cp,
-		cgroupRoot: fmt.Sprintf("/rdma-node-%d", os.Getpid()%100000*1000+int(time.Now().UnixNano()%1000)),
+		cgroupRoot: fmt.Sprintf("/%s%d-%d", cgroupPrefix, os.Getpid(), nodeSeq.Add(1)),
 		procs:      map[string]*process{},
 	}
+	sweepStale(tb.Logf)
 	tb.Cleanup(n.Stop)
 	start := time.Now()
 	if err := n.start(ctx, opts); err != nil {
@@ -513,7 +514,9 @@ func (p *process) stop(grace time.Duration) {
 
 // StartContainerd starts containerd and waits until it answers.
 func (n *Node) StartContainerd(ctx context.Context) error {
-	env := []string{"PATH=" + filepath.Dir(n.Bin.Containerd) + ":" + os.Getenv("PATH")}
+	// The shims inherit containerd's environment: ownerEnv lets a later
+	// run find them if this process dies without its cleanups.
+	env := []string{"PATH=" + filepath.Dir(n.Bin.Containerd) + ":" + os.Getenv("PATH"), ownerEnv + "=" + strconv.Itoa(os.Getpid())}
 	p, err := n.spawn("containerd", env, n.Bin.Containerd, "--config", n.path("etc", "containerd.toml"), "--log-level", "info")
 	if err != nil {
 		return err
@@ -529,7 +532,7 @@ func (n *Node) StopContainerd() { n.stopProc("containerd", 10*time.Second) }
 
 // StartKubelet starts the kubelet and waits until the Node is Ready.
 func (n *Node) StartKubelet(ctx context.Context) error {
-	p, err := n.spawn("kubelet", nil, n.Bin.Kubelet,
+	p, err := n.spawn("kubelet", []string{ownerEnv + "=" + strconv.Itoa(os.Getpid())}, n.Bin.Kubelet,
 		"--config="+n.path("etc", "kubelet.yaml"),
 		"--kubeconfig="+n.path("etc", "kubeconfig"),
 		"--hostname-override="+n.Name,
@@ -631,6 +634,8 @@ func (n *Node) Stop() {
 	n.stopped = true
 	procs := n.procs
 	n.mu.Unlock()
+	start := time.Now()
+	defer func() { n.tb.Logf("node %s: stopped in %s", n.Name, time.Since(start).Round(10*time.Millisecond)) }()
 	if n.tb.Failed() {
 		for _, name := range []string{"containerd", "kubelet"} {
 			if p := procs[name]; p != nil {

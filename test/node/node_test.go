@@ -22,12 +22,12 @@ func TestNodeRunsPod(t *testing.T) {
 		t.Skip(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	cp, err := cluster.StartControlPlaneWith(t, t.TempDir(), node.ControlPlaneOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cp.Stop)
+	t.Cleanup(cancel) // controllers stop before the API server does
 	if err := cluster.StartControllers(ctx, cp); err != nil {
 		t.Fatal(err)
 	}
