@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -92,7 +93,8 @@ func (b *Boot) Run(ctx context.Context) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.Timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, QEMU, args...)
-	cmd.Stdin = nil
+	// QEMU goes with the test process, even one killed by go test's timeout.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -234,9 +236,11 @@ func ProbeKVM(ctx context.Context, dir, kernel string) (bool, string) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, QEMU, "-machine", "q35,accel=kvm", "-cpu", "host", "-m", "256",
+	probe := exec.CommandContext(ctx, QEMU, "-machine", "q35,accel=kvm", "-cpu", "host", "-m", "256",
 		"-display", "none", "-monitor", "none", "-no-reboot", "-nodefaults", "-serial", "stdio",
-		"-kernel", kernel, "-append", "console=ttyS0 panic=-1").CombinedOutput()
+		"-kernel", kernel, "-append", "console=ttyS0 panic=-1")
+	probe.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := probe.CombinedOutput()
 	verdict := "ok"
 	if !bytes.Contains(out, []byte("Kernel panic")) {
 		last := string(out)
