@@ -119,9 +119,9 @@ func (d *Driver) netnsModeChangedLocked(ctx context.Context, old, inv hca.Invent
 }
 
 // keepMovedLocked carries over, from the last inventory, the HCAs that a
-// prepared claim moved into a pod's namespace: the host's sysfs no longer
-// lists them (class/infiniband is per namespace in exclusive mode), but
-// they are in use, not gone.
+// prepared claim moved into a pod's namespace: the host's class/infiniband
+// no longer lists them (it is per namespace in exclusive mode) while
+// class/infiniband_verbs still does (inv.Hidden). They are in use, not gone.
 func (d *Driver) keepMovedLocked(old hca.Inventory, inv *hca.Inventory) {
 	if inv.NetnsMode != hca.NetnsExclusive {
 		return
@@ -140,7 +140,8 @@ func (d *Driver) keepMovedLocked(old hca.Inventory, inv *hca.Inventory) {
 	}
 	for _, h := range old.HCAs {
 		claim, ok := moved[h.Name]
-		if !ok || gosort.ContainsFunc(inv.HCAs, func(n hca.HCA) bool { return n.Name == h.Name }) {
+		// Hidden: the verbs class still names it, so it is not unplugged.
+		if !ok || !gosort.Contains(inv.Hidden, h.Name) || gosort.ContainsFunc(inv.HCAs, func(n hca.HCA) bool { return n.Name == h.Name }) {
 			continue
 		}
 		note := fmt.Sprintf("moved into the network namespace of the pod of claim %s: the host's sysfs does not list it until it returns", claim)

@@ -348,6 +348,20 @@ func TestMovedHCA(t *testing.T) {
 	if v := metricValue(t, e.metrics, "rdma_dra_netns_not_returned_total", "hca", "mlx5_3"); v != 1 || view.calls != before+1 {
 		t.Errorf("returned HCA: counter %v (want still 1), %d checks (want 1)", v, view.calls-before)
 	}
+	// Unplugged while its pod held it: gone from the verbs class too, so
+	// not carried over.
+	c4 := e.claim("c4", hostNetworkPod("p4", false), one("mlx5-5"))
+	e.mustPrepare(c4)
+	if err := e.node.RemoveHCA("mlx5_5"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.drv.Rescan(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(e.drv.Inventory().HCAs, func(h hca.HCA) bool { return h.Name == "mlx5_5" }) {
+		t.Error("an unplugged HCA was kept as moved")
+	}
+
 	// A hostNetwork claim moved nothing: no check.
 	c3 := e.claim("c3", hostNetworkPod("p3", true), one("mlx5-3"))
 	e.mustPrepare(c3)

@@ -102,7 +102,8 @@ func (d *Discoverer) Discover() (Inventory, error) {
 	}
 	slices.Sort(orphans)
 	inv.Warnings = append(inv.Warnings, orphans...)
-	if w := hiddenDevices(entries, uverbs, inv.NetnsMode); w != "" {
+	var w string
+	if inv.Hidden, w = hiddenDevices(entries, uverbs, inv.NetnsMode); w != "" {
 		inv.Warnings = append(inv.Warnings, w)
 	}
 	slices.SortFunc(inv.HCAs, func(a, b HCA) int { return strings.Compare(a.Name, b.Name) })
@@ -112,7 +113,7 @@ func (d *Discoverer) Discover() (Inventory, error) {
 // hiddenDevices says when class/infiniband_verbs names ibdevs that
 // class/infiniband does not list. In exclusive netns mode that is what
 // sysfs shows a process outside the devices' network namespace.
-func hiddenDevices(entries []os.DirEntry, uverbs map[string]CharDevice, mode NetnsMode) string {
+func hiddenDevices(entries []os.DirEntry, uverbs map[string]CharDevice, mode NetnsMode) ([]string, string) {
 	listed := make(map[string]bool, len(entries))
 	for _, e := range entries {
 		listed[e.Name()] = true
@@ -124,14 +125,14 @@ func hiddenDevices(entries []os.DirEntry, uverbs map[string]CharDevice, mode Net
 		}
 	}
 	if len(hidden) == 0 {
-		return ""
+		return nil, ""
 	}
 	slices.Sort(hidden)
 	w := fmt.Sprintf("class/infiniband does not list %s, which class/infiniband_verbs names", strings.Join(hidden, ", "))
 	if mode == NetnsExclusive {
 		w += ": in exclusive netns mode sysfs shows only the RDMA devices of the reader's network namespace; run in the host's (hostNetwork)"
 	}
-	return w
+	return hidden, w
 }
 
 // pass is one discovery walk.

@@ -72,6 +72,7 @@ func TestDiscoverSoftware(t *testing.T) {
 		wantMode   hca.NetnsMode
 		wantSource hca.Source
 		wantWarn   []string
+		wantHidden []string
 	}{
 		{
 			name: "rxe, sysfs only", preset: "rxe",
@@ -129,7 +130,7 @@ func TestDiscoverSoftware(t *testing.T) {
 			name: "exclusive mode seen from a pod's namespace: none, and why", preset: "rxe",
 			edit:     func(s *hcatest.Spec) { s.NetnsShared, s.ForeignNetns = false, true },
 			netlink:  func(n *hcatest.Node) hca.Netlink { return n.Netlink() },
-			wantMode: hca.NetnsExclusive, wantSource: hca.SourceNetlink,
+			wantMode: hca.NetnsExclusive, wantSource: hca.SourceNetlink, wantHidden: []string{"rxe0"},
 			wantWarn: []string{"class/infiniband does not list rxe0, which class/infiniband_verbs names: in exclusive netns mode " +
 				"sysfs shows only the RDMA devices of the reader's network namespace; run in the host's (hostNetwork)"},
 		},
@@ -166,6 +167,9 @@ func TestDiscoverSoftware(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.wantWarn, inv.Warnings); diff != "" {
 				t.Errorf("warnings (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantHidden, inv.Hidden); diff != "" {
+				t.Errorf("hidden ibdevs (-want +got):\n%s", diff)
 			}
 			if inv.RDMACM == nil || inv.RDMACM.Minor != 124 {
 				t.Errorf("rdma_cm = %+v, want 10:124", inv.RDMACM)

@@ -62,6 +62,10 @@ type Inventory struct {
 	// RDMACM is /dev/infiniband/rdma_cm, shared by every HCA; nil when the
 	// rdma_ucm module is not loaded.
 	RDMACM *CharDevice
+	// Hidden are ibdevs that class/infiniband_verbs names but
+	// class/infiniband does not list, sorted: in exclusive netns mode, the
+	// devices of other network namespaces than the reader's.
+	Hidden []string
 	// Warnings about node-wide files (netns mode, rdma_cm); per-HCA ones are
 	// on the HCA.
 	Warnings []string
