@@ -43,7 +43,7 @@ func TestRealNode(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
 
-	image, err := node.BuildDriverImage()
+	image, err := node.BuildDriverImage(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

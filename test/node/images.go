@@ -84,14 +84,15 @@ func busyboxImage() (ociimage.Image, error) {
 	return img, nil
 }
 
-// BuildDriverImage runs `make image` in the repository and returns the
-// tarball it wrote (bin/rdma-dra-driver-image.tar), named DriverImage.
-func BuildDriverImage() (string, error) {
-	root := cluster.RepoRoot()
-	cmd := exec.Command("make", "-s", "-C", root, "image")
+// BuildDriverImage runs `make image` with its outputs in dir (BIN=dir, so
+// concurrent test processes do not share bin/) and returns the tarball,
+// named DriverImage: the same target and image users build.
+func BuildDriverImage(dir string) (string, error) {
+	tarball := filepath.Join(dir, "rdma-dra-driver-image.tar")
+	cmd := exec.Command("make", "-s", "-C", cluster.RepoRoot(), "image", "BIN="+dir, "IMAGE_TAR="+tarball, "IMAGE="+DriverImage)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("make image: %v\n%s", err, lastLines(string(out), 30))
 	}
-	return filepath.Join(root, "bin", "rdma-dra-driver-image.tar"), nil
+	return tarball, nil
 }
