@@ -542,18 +542,40 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// After a restart the Node is still Ready from the old kubelet: wait
+	// for the new one's health endpoint, then for a Ready heartbeat of its own.
+	started := metav1.NewTime(time.Now().Truncate(time.Second))
 	return n.waitFor(ctx, "node "+n.Name+" to be Ready", 2*time.Minute, p, func() (bool, error) {
+		if !n.kubeletHealthy() {
+			return false, nil
+		}
 		node, err := n.cp.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
 		for _, c := range node.Status.Conditions {
-			if c.Type == v1.NodeReady && c.Status == v1.ConditionTrue {
+			if c.Type == v1.NodeReady && c.Status == v1.ConditionTrue && !c.LastHeartbeatTime.Before(&started) {
 				return true, nil
 			}
 		}
 		return false, nil
 	})
+}
+
+// kubeletHealthy asks the kubelet's healthz endpoint (127.0.0.1:10248 in
+// the node's network namespace).
+func (n *Node) kubeletHealthy() bool {
+	c, err := n.netns.dial("127.0.0.1:10248")
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.0\r\nHost: localhost\r\n\r\n"); err != nil {
+		return false
+	}
+	b, _ := io.ReadAll(c)
+	return strings.HasPrefix(string(b), "HTTP/1.0 200") || strings.HasPrefix(string(b), "HTTP/1.1 200")
 }
 
 // StopKubelet stops the kubelet (SIGTERM); pods keep running.

@@ -71,6 +71,52 @@ func TestNodeRunsPod(t *testing.T) {
 	if !strings.Contains(logs, "hello from hello") || !strings.Contains(logs, "\n1") {
 		t.Errorf("pod log %q: want the greeting and one IPv4 address on eth0", logs)
 	}
+
+	// Restarts: a running pod keeps its container through a kubelet and a
+	// containerd restart.
+	sleeper := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "sleeper", Namespace: "default"},
+		Spec: v1.PodSpec{
+			NodeName:   n.Name,
+			Containers: []v1.Container{{Name: "c", Image: "busybox", ImagePullPolicy: v1.PullNever, Command: []string{"sleep", "3600"}}},
+		},
+	}
+	if _, err := cp.Client.CoreV1().Pods("default").Create(ctx, sleeper, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	running := func() (string, bool) {
+		p, err := cp.Client.CoreV1().Pods("default").Get(ctx, "sleeper", metav1.GetOptions{})
+		if err != nil || p.Status.Phase != v1.PodRunning || len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Running == nil {
+			return "", false
+		}
+		return p.Status.ContainerStatuses[0].ContainerID, true
+	}
+	var id string
+	for deadline := time.Now().Add(time.Minute); id == "" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		id, _ = running()
+	}
+	if id == "" {
+		t.Fatal("pod sleeper did not run in 1m")
+	}
+	start = time.Now()
+	n.StopKubelet()
+	if err := n.StartKubelet(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubelet restarted, node Ready in %s", time.Since(start).Round(10*time.Millisecond))
+	start = time.Now()
+	n.StopContainerd()
+	if err := n.StartContainerd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("containerd restarted in %s", time.Since(start).Round(10*time.Millisecond))
+	if out, err := n.Ctr(ctx, "tasks", "ls"); err != nil || !strings.Contains(out, strings.TrimPrefix(id, "containerd://")) {
+		t.Errorf("after the restarts, containerd's tasks lack the sleeper's container %s: %v\n%s", id, err, out)
+	}
+	time.Sleep(3 * time.Second) // a sync or two of the new kubelet
+	if got, ok := running(); !ok || got != id {
+		t.Errorf("after the restarts the sleeper's container is %q (running %v), want %q still running", got, ok, id)
+	}
 }
 
 func waitPod(t *testing.T, cp *cluster.ControlPlane, ns, name string) v1.PodPhase {
