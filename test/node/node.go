@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -449,11 +450,12 @@ containerLogMaxSize: 10Mi
 
 // process is one component running in the node's namespaces.
 type process struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
+	name    string
+	cmd     *exec.Cmd
+	log     string
+	done    chan struct{}
+	err     error
+	stopped atomic.Bool // we ended it: not a crash
 }
 
 // spawn starts argv inside the node's namespaces (nsenter), its output to
@@ -498,6 +500,7 @@ func (p *process) exited() error {
 
 // stop sends SIGTERM, then SIGKILL after grace.
 func (p *process) stop(grace time.Duration) {
+	p.stopped.Store(true)
 	select {
 	case <-p.done:
 		return
@@ -658,6 +661,14 @@ func (n *Node) Stop() {
 	n.mu.Unlock()
 	start := time.Now()
 	defer func() { n.tb.Logf("node %s: stopped in %s", n.Name, time.Since(start).Round(10*time.Millisecond)) }()
+	// A component that died on its own during the test fails it.
+	for _, name := range []string{"containerd", "kubelet"} {
+		if p := procs[name]; p != nil && !p.stopped.Load() {
+			if err := p.exited(); err != nil {
+				n.tb.Errorf("node %s: %v", n.Name, err)
+			}
+		}
+	}
 	if n.tb.Failed() {
 		for _, name := range []string{"containerd", "kubelet"} {
 			if p := procs[name]; p != nil {
