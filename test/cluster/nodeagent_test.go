@@ -341,8 +341,9 @@ func TestNodeAgent(t *testing.T) {
 			p := e.pod(pod.Name)
 			return p.Status.Phase == corev1.PodRunning, fmt.Sprintf("phase %s, events:%s", p.Status.Phase, eventsText(e.events(p)))
 		})
-		if specs := e.claimSpecs(); len(specs) != 1 {
-			t.Errorf("CDI specs while the pod runs: %v, want its claim's", specs)
+		// The claim's spec and the helper's device-metadata spec.
+		if specs := e.claimSpecs(); len(specs) != 2 {
+			t.Errorf("CDI specs while the pod runs: %v, want its claim's and its metadata's", specs)
 		}
 		// A graceful delete: the API server keeps the pod until the agent
 		// has killed its container, unprepared its claim and deleted it.

@@ -146,11 +146,13 @@ func TestKubeletClientAcrossSIGKILL(t *testing.T) {
 	if r.Error != "" || len(r.Devices) != 1 || r.Devices[0].DeviceName != "mlx5-2" {
 		t.Fatalf("prepare = %+v", r)
 	}
-	if want := fmt.Sprintf("rdma.dra.dev/hca=%s-mlx5-2", claim.UID); len(r.Devices[0].CdiDeviceIds) != 1 || r.Devices[0].CdiDeviceIds[0] != want {
-		t.Errorf("CDI IDs = %v, want [%s]", r.Devices[0].CdiDeviceIds, want)
+	// The claim's device, then the helper's device-metadata device.
+	if want := fmt.Sprintf("rdma.dra.dev/hca=%s-mlx5-2", claim.UID); len(r.Devices[0].CdiDeviceIds) != 2 || r.Devices[0].CdiDeviceIds[0] != want ||
+		!strings.HasPrefix(r.Devices[0].CdiDeviceIds[1], "rdma.dra.dev/metadata=") {
+		t.Errorf("CDI IDs = %v, want [%s rdma.dra.dev/metadata=...]", r.Devices[0].CdiDeviceIds, want)
 	}
-	if entries, _ := os.ReadDir(w.cdiDir); len(entries) != 1 {
-		t.Errorf("CDI dir after prepare: %v", entries)
+	if entries, _ := os.ReadDir(w.cdiDir); len(entries) != 2 {
+		t.Errorf("CDI dir after prepare: %v, want the claim's spec and its metadata spec", entries)
 	}
 
 	w.proc.Kill()
