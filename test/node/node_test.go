@@ -81,6 +81,7 @@ func TestNodeRunsPod(t *testing.T) {
 			Containers: []v1.Container{{Name: "c", Image: "busybox", ImagePullPolicy: v1.PullNever, Command: []string{"sleep", "3600"}}},
 		},
 	}
+	start = time.Now()
 	if _, err := cp.Client.CoreV1().Pods("default").Create(ctx, sleeper, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +99,7 @@ func TestNodeRunsPod(t *testing.T) {
 	if id == "" {
 		t.Fatal("pod sleeper did not run in 1m")
 	}
+	t.Logf("pod sleeper: Running %s after its creation", time.Since(start).Round(10*time.Millisecond))
 	start = time.Now()
 	n.StopKubelet()
 	if err := n.StartKubelet(ctx); err != nil {
