@@ -50,7 +50,8 @@ type deps struct {
 }
 
 const usage = "usage: rdma-dra-hook netns --device=<ibdev> [--netdev=<name>]... | " +
-	"limit --device=<ibdev> --hca-handle=<n|max> --hca-object=<n|max> (OCI state on stdin)"
+	"limit --device=<ibdev> --hca-handle=<n|max> --hca-object=<n|max> (OCI state on stdin) | " +
+	"install <host dir>"
 
 func run(args []string, stdin io.Reader, d deps) error {
 	if len(args) == 0 {
@@ -61,8 +62,10 @@ func run(args []string, stdin io.Reader, d deps) error {
 		return limit(args[1:], stdin, d.fs)
 	case "netns":
 		return netns(args[1:], stdin, d.openNetns)
+	case "install":
+		return install(args[1:], os.Executable)
 	}
-	return fmt.Errorf("unknown command %q (want: netns, limit)", args[0])
+	return fmt.Errorf("unknown command %q (want: netns, limit, install)", args[0])
 }
 
 func limit(args []string, stdin io.Reader, fsys rdmacg.FS) error {

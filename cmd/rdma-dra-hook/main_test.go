@@ -70,3 +70,30 @@ func TestLimit(t *testing.T) {
 		})
 	}
 }
+
+func TestInstall(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "self")
+	if err := os.WriteFile(src, []byte("\x7fELF hook"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, "host", "opt", "bin")
+	self := func() (string, error) { return src, nil }
+	for range 2 { // a reinstall replaces the file
+		if err := install([]string{dst}, self); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fi, err := os.Stat(filepath.Join(dst, "rdma-dra-hook"))
+	if err != nil || fi.Mode().Perm() != 0o755 || fi.Size() != 9 {
+		t.Fatalf("installed hook: %v, %v", fi, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dst, "*")); len(left) != 1 {
+		t.Errorf("install left %v, want only the hook", left)
+	}
+	for _, args := range [][]string{nil, {"relative/dir"}, {"/a", "/b"}} {
+		if err := install(args, self); err == nil || !strings.Contains(err.Error(), "absolute directory") {
+			t.Errorf("install(%q) = %v", args, err)
+		}
+	}
+}
