@@ -11,6 +11,7 @@ package vm
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,7 +46,10 @@ func TestVM(t *testing.T) {
 	if r := os.Getenv("RDMA_DRA_VM_RUN"); r != "" {
 		args = append(args, "-test.run="+r)
 	}
-	var files []GuestFile
+	files, err := productBinaries(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	shell := os.Getenv("RDMA_DRA_VM_SHELL")
 	if shell != "" {
 		prog, args = "/bin/sh", []string{"-c", shell}
@@ -60,7 +64,8 @@ func TestVM(t *testing.T) {
 	}
 	built := time.Now()
 	withSiw := os.Getenv("RDMA_DRA_VM_SIW") != "0"
-	im, err := cache.Build(ctx, dir, ImageSpec{Files: files, Prog: prog, Args: args, Env: []string{"RDMA_DRA_VM_GUEST=1"}, Siw: withSiw})
+	im, err := cache.Build(ctx, dir, ImageSpec{Files: files, Prog: prog, Args: args, Env: []string{"RDMA_DRA_VM_GUEST=1",
+		"RDMA_DRA_VM_HOOK=" + GuestHookPath, "RDMA_DRA_VM_RDMACTL=" + GuestRdmactl, "RDMA_DRA_VM_RDMANL_TEST=" + GuestRdmanlTest}, Siw: withSiw})
 	if err != nil {
 		t.Fatalf("building the VM image: %v", err)
 	}
@@ -128,6 +133,49 @@ func TestVM(t *testing.T) {
 	if res.ExitCode != 0 && !failed {
 		t.Errorf("guest test binary exited %d:\n%s", res.ExitCode, strings.Join(rest, "\n"))
 	}
+}
+
+// Guest paths of the product's binaries: the hook (where the guest's driver
+// names it in CDI specs), rdmactl, and pkg/rdmanl's tests, which talk to
+// the kernel's RDMA netlink.
+const (
+	GuestHookPath   = "/usr/bin/rdma-dra-hook"
+	GuestRdmactl    = "/usr/bin/rdmactl"
+	GuestRdmanlTest = "/guest/rdmanl.test"
+)
+
+// productBinaries builds, statically (CGO_ENABLED=0), the main module's
+// binaries the guest scenarios run.
+func productBinaries(dir string) ([]GuestFile, error) {
+	root, err := filepath.Abs("../..") // the main module, from test/vm
+	if err != nil {
+		return nil, err
+	}
+	var files []GuestFile
+	for _, b := range []struct {
+		guest, name string
+		args        []string
+	}{
+		{GuestHookPath, "rdma-dra-hook", []string{"build", "-o", "", "./cmd/rdma-dra-hook"}},
+		{GuestRdmactl, "rdmactl", []string{"build", "-o", "", "./cmd/rdmactl"}},
+		{GuestRdmanlTest, "rdmanl.test", []string{"test", "-c", "-o", "", "./pkg/rdmanl"}},
+	} {
+		out := filepath.Join(dir, b.name)
+		args := append([]string{}, b.args...)
+		for i, a := range args {
+			if a == "" && i > 0 && args[i-1] == "-o" {
+				args[i] = out
+			}
+		}
+		cmd := exec.Command("go", args...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("building %s (go %s in %s): %v\n%s", b.name, strings.Join(args, " "), root, err, msg)
+		}
+		files = append(files, GuestFile{Path: b.guest, Src: out})
+	}
+	return files, nil
 }
 
 func firstLine(s string) string {

@@ -31,8 +31,11 @@ type netnsView struct {
 }
 
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) == "netns-discover" {
+	switch os.Getenv(helperEnv) {
+	case "netns-discover":
 		os.Exit(netnsHelper())
+	case "uverbs-contexts":
+		os.Exit(uverbsContextsHelper())
 	}
 	os.Exit(m.Run())
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -28,6 +29,7 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/pkg/driver"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/kevents"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmanl"
 )
 
 const (
@@ -48,6 +50,31 @@ type node struct {
 // nodeConfig is what differs between scenarios.
 type nodeConfig struct {
 	shares, legacyShares int64
+	// hcaHandles/hcaObjects publish the RDMA cgroup capacities (shared
+	// mode), enforced by the hook at hookPath.
+	hcaHandles, hcaObjects int64
+	hookPath               string
+	// pods: the driver looks the claims' pods up (n.pod creates them);
+	// exclusive netns mode needs it. hostRDMA: unprepare checks moved
+	// HCAs came back over RDMA netlink.
+	pods, hostRDMA bool
+}
+
+// podGetter reads pods from the fake API client.
+type podGetter struct{ client *fake.Clientset }
+
+func (p podGetter) GetPod(ctx context.Context, namespace, name string, _ types.UID) (*corev1.Pod, error) {
+	return p.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// pod creates the pod a claim made by n.claim(name, ...) is reserved for.
+func (n *node) pod(name string, hostNetwork bool) {
+	n.t.Helper()
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("pod-" + name)},
+		Spec: corev1.PodSpec{NodeName: nodeName, HostNetwork: hostNetwork}}
+	if _, err := n.client.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		n.t.Fatal(err)
+	}
 }
 
 // startNode starts the driver; it stops when the test ends.
@@ -76,6 +103,12 @@ func startNode(t *testing.T, nc nodeConfig) *node {
 		Checkpoint: checkpoint.NewStore(filepath.Join(n.pluginDir, "checkpoint.json")),
 		BootID:     bootID,
 	}
+	if nc.pods {
+		deps.Pods = podGetter{n.client}
+	}
+	if nc.hostRDMA {
+		deps.HostRDMA = rdmanl.Client{}
+	}
 	w, err := kevents.Open()
 	if err != nil {
 		t.Fatalf("kernel events: %v", err)
@@ -86,6 +119,7 @@ func startNode(t *testing.T, nc nodeConfig) *node {
 		AllowNonHostNetwork: true, RescanInterval: 10 * time.Second,
 		Shares: nc.shares, LegacyShares: nc.legacyShares,
 		TaintUnhealthy: true, PortPollInterval: 250 * time.Millisecond,
+		HCAHandles: nc.hcaHandles, HCAObjects: nc.hcaObjects, HookPath: nc.hookPath,
 	}, deps)
 	if err != nil {
 		t.Fatalf("starting the driver: %v", err)
@@ -121,6 +155,13 @@ func startNode(t *testing.T, nc nodeConfig) *node {
 // with share ID shares[i] when given, as the scheduler would leave it.
 func (n *node) claim(name string, devices []string, shares ...string) *resourceapi.ResourceClaim {
 	n.t.Helper()
+	return n.claimConsuming(name, nil, devices, shares...)
+}
+
+// claimConsuming is claim with capacities consumed on every device (name
+// without the driver's prefix -> amount), as the scheduler records them.
+func (n *node) claimConsuming(name string, consumed map[string]int64, devices []string, shares ...string) *resourceapi.ResourceClaim {
+	n.t.Helper()
 	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)}}
 	alloc := &resourceapi.AllocationResult{}
 	for i, d := range devices {
@@ -128,6 +169,12 @@ func (n *node) claim(name string, devices []string, shares ...string) *resourcea
 		if i < len(shares) {
 			id := types.UID(shares[i])
 			r.ShareID = &id
+		}
+		if consumed != nil {
+			r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{}
+			for k, v := range consumed {
+				r.ConsumedCapacity[resourceapi.QualifiedName(driverName+"/"+k)] = *resource.NewQuantity(v, resource.DecimalSI)
+			}
 		}
 		alloc.Devices.Results = append(alloc.Devices.Results, r)
 	}
