@@ -1,0 +1,257 @@
+package guest
+
+// Exclusive RDMA netns mode (issue 15) on the real kernel: the mode read
+// both ways (rdmactl, the driver, its slice), pkg/rdmanl's SET against the
+// kernel, a pod off the host network refused by rdma-dra-hook netns with
+// the kernel's answer (Soft-RoCE cannot change namespace) and its command
+// never run, and a hostNetwork pod unaffected. The kernel changes the mode
+// only while no other network namespace exists; the test puts it back to
+// shared when it ends.
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmanl"
+)
+
+// guestTool is a product binary test/vm put into the image (its path in
+// env), or a skip saying it is missing.
+func guestTool(t *testing.T, env string) string {
+	t.Helper()
+	p := os.Getenv(env)
+	if p == "" {
+		t.Skipf("%s is not set: the image has no such binary", env)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("%s: %v", env, err)
+	}
+	return p
+}
+
+// rdmactlMode runs rdmactl discover (table and yaml) and checks both name
+// mode.
+func rdmactlMode(t *testing.T, rdmactl, mode string) {
+	t.Helper()
+	table := string(command(t, rdmactl, "discover"))
+	want := "RDMA netns mode: " + mode + " (RDMA netlink)"
+	if !strings.Contains(table, want) {
+		t.Errorf("rdmactl discover does not say %q:\n%s", want, table)
+	}
+	y := string(command(t, rdmactl, "discover", "-o", "yaml"))
+	re := regexp.MustCompile(`netnsMode:\s+(string:\s+)?(\S+)`)
+	ms := re.FindAllStringSubmatch(y, -1)
+	if len(ms) == 0 {
+		t.Errorf("rdmactl discover -o yaml has no netnsMode:\n%s", y)
+	}
+	for _, m := range ms {
+		if m[2] != mode {
+			t.Errorf("rdmactl discover -o yaml: %q, want netnsMode %s", m[0], mode)
+			break
+		}
+	}
+	if len(ms) > 0 {
+		t.Logf("rdmactl discover: %q; -o yaml: %d devices with %q", want, len(ms), ms[0][0])
+	}
+}
+
+// runRdmanlTests runs pkg/rdmanl's real-kernel tests (built by test/vm)
+// and asserts each ran and passed, none skipped.
+func runRdmanlTests(t *testing.T) {
+	t.Helper()
+	bin := guestTool(t, "RDMA_DRA_VM_RDMANL_TEST")
+	out, err := exec.Command(bin, "-test.v", "-test.count=1", "-test.run=^TestRealKernel").CombinedOutput()
+	if err != nil {
+		t.Errorf("pkg/rdmanl's real-kernel tests: %v\n%s", err, out)
+	}
+	for _, name := range []string{"TestRealKernel", "TestRealKernelSet", "TestRealKernelRoute"} {
+		if !strings.Contains(string(out), "--- PASS: "+name+" ") {
+			t.Errorf("pkg/rdmanl %s did not pass:\n%s", name, out)
+		}
+	}
+	if strings.Contains(string(out), "--- SKIP") {
+		t.Errorf("pkg/rdmanl's real-kernel tests skipped in the VM:\n%s", out)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "--- ") {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+	}
+	t.Logf("pkg/rdmanl on the real kernel: %s", strings.Join(lines, "; "))
+}
+
+// TestRdmanlRealKernel: pkg/rdmanl's tests that ask the kernel, in shared
+// mode (TestExclusiveNetnsMode runs them in exclusive mode too).
+func TestRdmanlRealKernel(t *testing.T) {
+	inGuest(t)
+	runRdmanlTests(t)
+}
+
+// withOwnNetns gives the container a new network namespace (a pod off the
+// host network).
+func withOwnNetns(spec *specs.Spec) *specs.Spec {
+	spec.Linux.Namespaces = append(spec.Linux.Namespaces, specs.LinuxNamespace{Type: specs.NetworkNamespace})
+	return spec
+}
+
+// rdmaDevNames lists `rdma dev`'s devices of the guest's namespace.
+func rdmaDevNames(t *testing.T) []string {
+	t.Helper()
+	var devs []struct {
+		Name string `json:"ifname"`
+	}
+	rdmaJSON(t, &devs, "dev")
+	var out []string
+	for _, d := range devs {
+		out = append(out, d.Name)
+	}
+	return out
+}
+
+func TestExclusiveNetnsMode(t *testing.T) {
+	inGuest(t)
+	skipWithoutRunc(t)
+	hook := hookPath(t)
+	rdmactl := guestTool(t, "RDMA_DRA_VM_RDMACTL")
+	// Registered first, so it runs after the driver has stopped.
+	t.Cleanup(func() {
+		if err := setNetnsMode("shared"); err != nil {
+			t.Errorf("restoring shared netns mode: %v", err)
+		}
+	})
+	start := time.Now()
+	if err := setNetnsMode("exclusive"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rdma system set netns exclusive: took %v", time.Since(start).Round(time.Millisecond))
+
+	t.Run("mode detected", func(t *testing.T) {
+		rdmactlMode(t, rdmactl, "exclusive")
+		runRdmanlTests(t)
+	})
+
+	t.Run("rdmanl SET: EINVAL for an absent index, EOPNOTSUPP for rxe0", func(t *testing.T) {
+		c, err := rdmanl.Dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		self, err := os.Open("/proc/self/ns/net")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer self.Close()
+		err = c.MoveToNetns(rdmanl.Device{Index: 1 << 30, Name: "absent"}, int(self.Fd()))
+		if !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("moving an absent device index: %v, want EINVAL", err)
+		} else {
+			t.Logf("moving an absent device index: %v", err)
+		}
+		// Another namespace: a process of its own holds it.
+		holder := exec.Command("sleep", "60")
+		holder.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+		if err := holder.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { holder.Process.Kill(); holder.Wait() }()
+		ns, err := os.Open("/proc/" + strconv.Itoa(holder.Process.Pid) + "/ns/net")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ns.Close()
+		dev, ok, err := c.Device("rxe0")
+		if err != nil || !ok {
+			t.Fatalf("rxe0 over RDMA netlink: found %v, %v", ok, err)
+		}
+		err = c.MoveToNetns(dev, int(ns.Fd()))
+		if !errors.Is(err, syscall.EOPNOTSUPP) {
+			t.Errorf("moving rxe0 into another namespace: %v, want EOPNOTSUPP", err)
+		} else {
+			t.Logf("moving rxe0 into another namespace: %v", err)
+		}
+	})
+
+	n := startNode(t, nodeConfig{hookPath: hook, pods: true, hostRDMA: true})
+	if m := n.drv.Inventory().NetnsMode; m != hca.NetnsExclusive {
+		t.Errorf("the driver reads netns mode %q, want exclusive", m)
+	}
+	if sl, err := n.slice(t.Context()); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, d := range sl.Spec.Devices {
+			if a := d.Attributes[driverName+"/netnsMode"]; a.StringValue == nil || *a.StringValue != "exclusive" {
+				t.Errorf("slice device %s: netnsMode %v, want exclusive", d.Name, a)
+			}
+		}
+	}
+
+	t.Run("pod off the host network refused, its command never run", func(t *testing.T) {
+		n.pod("netns-pod", false)
+		c := n.claim("netns-pod", []string{"rxe0"})
+		ids := n.prepare(c)
+		defer n.unprepare(c)
+		out := t.TempDir()
+		id := "netns-pod"
+		spec := withCDI(t, withOut(withOwnNetns(containerSpec(id, "touch", "/out/ran")), out), n.cdiDir, ids...)
+		if got, want := createRuntimeHooks(spec), [][]string{{hook, "rdma-dra-hook", "netns", "--device=rxe0"}}; !slices.EqualFunc(got, want, slices.Equal) {
+			t.Errorf("createRuntime hooks %q, want %q", got, want)
+		}
+		r := runContainer(t, id, spec, 60*time.Second)
+		t.Logf("runc run %s: exit %d\n%s", id, r.exit, r.out)
+		want := regexp.MustCompile(regexp.QuoteMeta("rdma-dra-hook: HCA rxe0: cannot move it into the network namespace of container "+id+" (pid ") +
+			`\d+` + regexp.QuoteMeta("): rdma netlink: netns move of rxe0: operation not supported"))
+		if r.exit == 0 || !want.MatchString(r.out) {
+			t.Errorf("runc run: exit %d; want a refusal matching %q", r.exit, want)
+		}
+		if _, err := os.Stat(filepath.Join(out, "ran")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the container's command ran without its HCA (/out/ran: %v)", err)
+		}
+		if devs := rdmaDevNames(t); !slices.Contains(devs, "rxe0") {
+			t.Errorf("rdma dev after the refusal: %v, want rxe0 still in the host's namespace", devs)
+		} else {
+			t.Logf("rdma dev after the refusal: %v", devs)
+		}
+	})
+
+	t.Run("hostNetwork pod: no hook, opens rxe0", func(t *testing.T) {
+		n.pod("host-pod", true)
+		c := n.claim("host-pod", []string{"rxe0"})
+		ids := n.prepare(c)
+		defer n.unprepare(c)
+		id := "host-pod"
+		spec := withCDI(t, containerSpec(id, "ibv_devinfo", "-d", "rxe0"), n.cdiDir, ids...)
+		if got := createRuntimeHooks(spec); len(got) != 0 {
+			t.Errorf("hostNetwork pod: createRuntime hooks %q, want none", got)
+		}
+		r := runContainer(t, id, spec, 60*time.Second)
+		if r.exit != 0 || !strings.Contains(r.out, "PORT_ACTIVE") {
+			t.Errorf("ibv_devinfo -d rxe0 in the hostNetwork container: exit %d\n%s", r.exit, r.out)
+		} else {
+			t.Logf("ibv_devinfo -d rxe0 in the hostNetwork container: exit 0, %s", firstMatch(r.out, `state:\s+\S+`))
+		}
+	})
+
+	t.Run("back to shared", func(t *testing.T) {
+		start := time.Now()
+		if err := setNetnsMode("shared"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rdma system set netns shared: took %v", time.Since(start).Round(time.Millisecond))
+		rdmactlMode(t, rdmactl, "shared")
+	})
+}
+
+func firstMatch(s, re string) string { return regexp.MustCompile(re).FindString(s) }
