@@ -185,12 +185,24 @@ func TestExclusiveNetnsMode(t *testing.T) {
 	})
 
 	n := startNode(t, nodeConfig{hookPath: hook, pods: true, hostRDMA: true})
-	if m := n.drv.Inventory().NetnsMode; m != hca.NetnsExclusive {
-		t.Errorf("the driver reads netns mode %q, want exclusive", m)
+	inv := n.drv.Inventory()
+	if inv.NetnsMode != hca.NetnsExclusive {
+		t.Errorf("the driver reads netns mode %q, want exclusive", inv.NetnsMode)
+	}
+	// The daemon, in the initial namespace, still sees every HCA.
+	var names []string
+	for _, h := range inv.HCAs {
+		names = append(names, h.Name)
+	}
+	if !slices.Equal(names, rdmaDevices()) {
+		t.Errorf("the driver's inventory in exclusive mode: %v, want %v", names, rdmaDevices())
 	}
 	if sl, err := n.slice(t.Context()); err != nil {
 		t.Fatal(err)
 	} else {
+		if len(sl.Spec.Devices) != len(rdmaDevices()) {
+			t.Errorf("the slice in exclusive mode has %d devices, want %d", len(sl.Spec.Devices), len(rdmaDevices()))
+		}
 		for _, d := range sl.Spec.Devices {
 			if a := d.Attributes[driverName+"/netnsMode"]; a.StringValue == nil || *a.StringValue != "exclusive" {
 				t.Errorf("slice device %s: netnsMode %v, want exclusive", d.Name, a)
