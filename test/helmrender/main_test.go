@@ -33,6 +33,13 @@ func TestRenderMatrix(t *testing.T) {
 		{values: `{"devRoot":"dev"}`, wantErr: "devRoot"},
 		{values: `{"sharing":"sometimes"}`, wantErr: "sharing"},
 		{values: `{"shairng":"shared"}`, wantErr: "shairng"},
+		// Helm renders YAML numbers as float64: without int64 a million
+		// became "1e+06", which the daemon's flag parser refuses (exit 2).
+		{values: `{"sharesPerHCA":2000000,"legacy":{"shares":9000},"hook":{"hcaHandlesPerHCA":5000000,"hcaObjectsPerHCA":16000000}}`,
+			want:    []string{"--shares-per-hca=2000000", "--hca-handles-per-hca=5000000", "--hca-objects-per-hca=16000000", "--hook-path=/opt/rdma-dra-driver/bin/rdma-dra-hook", "name: install-hook"},
+			notWant: []string{"e+0"}},
+		{values: `{"hook":{"dir":"/usr/libexec/rdma"}}`, want: []string{"--hook-path=/usr/libexec/rdma/rdma-dra-hook", "path: /usr/libexec/rdma"}},
+		{values: `{"hook":{"dir":"bin"}}`, wantErr: "hook"},
 	}
 	for _, tt := range tests {
 		out, err := render(chart, "rdma", "rdma-system", tt.values)
