@@ -1,18 +1,23 @@
 // Command rdma-demo is `make demo`: a Kubernetes 1.37 control plane in this
-// process (etcd, kube-apiserver, scheduler, controllers), a simulated RDMA
-// node (dgx-h100) served by the real rdma-dra-driver binary and a node agent
-// built from the kubelet's DRA manager that runs containers with runc. It
-// applies demo/specs and prints what a person wants to see.
+// process (etcd, kube-apiserver, scheduler, controllers) and a simulated
+// RDMA node (dgx-h100). Where the machine can (root, runc, iproute2), the
+// node is real: the kubelet v1.37.2 and containerd 2.4.2 run the driver's
+// DaemonSet from its Helm chart and the image `make image` builds, and the
+// seed's Jobs in runc containers (realnode.go). Elsewhere the demo says why
+// in one line and falls back to the node agent, a stand-in built from the
+// kubelet's DRA manager beside the driver binary. It applies demo/specs and
+// prints what a person wants to see.
 //
-// Without root or runc (or with --no-runtime) the containers are not run:
-// the node agent builds each one's OCI spec, CDI devices injected, and the
-// demo shows what the container would get.
+// Without root or runc (or with --no-runtime) the node agent does not run
+// the containers: it builds each one's OCI spec, CDI devices injected, and
+// the demo shows what the container would get.
 //
 //	rdma-demo [--keep] [--preset dgx-h100] [--no-runtime]
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -44,7 +49,8 @@ func main() {
 	noRuntime := flag.Bool("no-runtime", false, "do not run containers, show their OCI specs (the default without root or runc)")
 	flag.Parse()
 	if err := run(*preset, *keep, *noRuntime); err != nil {
-		fmt.Fprintln(os.Stderr, "rdma-demo:", err)
+		// On stdout: `make demo` sends stderr (the cluster's logs) to DEMO_LOG.
+		fmt.Println("rdma-demo:", err)
 		os.Exit(1)
 	}
 }
@@ -69,6 +75,15 @@ func run(preset string, keep, noRuntime bool) error {
 	}()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+
+	if !noRuntime {
+		err := runRealNode(ctx, h, dir, preset, keep)
+		var fb fallback
+		if !errors.As(err, &fb) {
+			return err
+		}
+		fmt.Printf("\nnote: no real node here (%s): the kubelet stand-in (node agent) runs the Jobs instead\n", fb.why)
+	}
 
 	step("starting Kubernetes 1.37 in this process (etcd, kube-apiserver, scheduler, controllers)")
 	cp, err := cluster.StartControlPlane(h, filepath.Join(dir, "cp"))

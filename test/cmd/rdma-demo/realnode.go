@@ -1,0 +1,229 @@
+package main
+
+// The demo on a real node: kubelet v1.37.2 and containerd 2.4.2 with runc
+// (test/node) beside the in-process control plane, the driver installed by
+// its Helm chart from the image `make image` builds. The container runtime,
+// not our code, applies the CDI specs.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
+	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
+	"github.com/rdma-dra/rdma-dra-driver/test/node"
+)
+
+// fallback is an error that means "this machine cannot run the real node":
+// the demo says why and runs the node agent instead.
+type fallback struct{ why string }
+
+func (f fallback) Error() string { return f.why }
+
+func runRealNode(ctx context.Context, h *cluster.Harness, dir, preset string, keep bool) error {
+	if err := node.Check(); err != nil {
+		return fallback{err.Error()}
+	}
+	step("the node's binaries: kubelet v1.37.2, containerd 2.4.2, CNI plugins (built once, then cached; the first build takes 10-15 minutes on 2 cores)")
+	if _, err := node.EnsureBinaries(func(f string, a ...any) { fmt.Printf("  "+f+"\n", a...) }); err != nil {
+		return fallback{fmt.Sprintf("the node's binaries cannot be built: %v", err)}
+	}
+	step("make image: the driver's image as an OCI tarball, without Docker")
+	image, err := node.BuildDriverImage(dir)
+	if err != nil {
+		return err
+	}
+	fmt.Println("  " + image)
+
+	step("starting Kubernetes 1.37 in this process (etcd, kube-apiserver, scheduler, controllers)")
+	cp, err := cluster.StartControlPlaneWith(h, filepath.Join(dir, "cp"), node.ControlPlaneOptions())
+	if err != nil {
+		return err
+	}
+	h.Cleanup(cp.Stop)
+	for _, start := range []func(context.Context, *cluster.ControlPlane) error{cluster.StartControllers, cluster.StartNodeControllers, cluster.StartScheduler} {
+		if err := start(ctx, cp); err != nil {
+			return err
+		}
+	}
+
+	step("a real node: containerd + runc + the kubelet in a private mount and network namespace, on a simulated %s", preset)
+	spec, err := hcatest.Preset(preset)
+	if err != nil {
+		return err
+	}
+	sim, err := hcatest.Build(filepath.Join(dir, "hca"), spec)
+	if err != nil {
+		return err
+	}
+	n, err := node.Start(ctx, h, cp, node.Options{Images: []string{image}})
+	if err != nil {
+		return err
+	}
+	printNodes(ctx, cp)
+
+	step("helm install rdma deployments/helm/rdma-dra-driver --set sharing=shared,legacy.route=dra (the image just built)")
+	values := fmt.Sprintf(`{"image":{"tag":"dev"},"sysfsRoot":%q,"devRoot":%q,"sharing":"shared","legacy":{"route":"dra"}}`, sim.SysfsRoot, sim.DevRoot)
+	if _, err := cluster.InstallChart(ctx, cp, dir, "rdma", "rdma-system", values); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "the driver pod to be Ready", func() (bool, error) {
+		pods, err := cp.Client.CoreV1().Pods("rdma-system").List(ctx, metav1.ListOptions{})
+		if err != nil || len(pods.Items) == 0 {
+			return false, err
+		}
+		for _, c := range pods.Items[0].Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		return err
+	}
+	printDriverPods(ctx, cp)
+	if err := waitFor(ctx, "the node's ResourceSlice", func() (bool, error) {
+		l, err := cp.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		return err == nil && len(l.Items) > 0, err
+	}); err != nil {
+		return err
+	}
+	printSlices(ctx, cp)
+
+	allocs, err := watchAllocations(ctx, cp)
+	if err != nil {
+		return err
+	}
+	step("kubectl apply -f demo/specs/10-job-dra.yaml -f demo/specs/20-job-legacy.yaml")
+	for _, f := range []string{"10-job-dra.yaml", "20-job-legacy.yaml"} {
+		if err := applyNoPull(ctx, cp, dir, filepath.Join("demo", "specs", f)); err != nil {
+			return err
+		}
+	}
+	for _, job := range []string{"hps-benchmark", "hps-benchmark-legacy"} {
+		if err := showRealJob(ctx, cp, allocs, job); err != nil {
+			return err
+		}
+	}
+	if keep {
+		step("the cluster keeps running: export KUBECONFIG=%s  (Ctrl-C ends it; node files in %s)", cp.Kubeconfig, n.Dir)
+		<-ctx.Done()
+	}
+	return nil
+}
+
+func printNodes(ctx context.Context, cp *cluster.ControlPlane) {
+	step("kubectl get nodes -o wide")
+	l, _ := cp.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSTATUS\tVERSION\tINTERNAL-IP\tKERNEL-VERSION\tCONTAINER-RUNTIME")
+	for _, n := range l.Items {
+		status, ip := "NotReady", ""
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				status = "Ready"
+			}
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				ip = a.Address
+			}
+		}
+		i := n.Status.NodeInfo
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, status, i.KubeletVersion, ip, i.KernelVersion, i.ContainerRuntimeVersion)
+	}
+	tw.Flush()
+}
+
+func printDriverPods(ctx context.Context, cp *cluster.ControlPlane) {
+	step("kubectl -n rdma-system get pods -o wide")
+	l, _ := cp.Client.CoreV1().Pods("rdma-system").List(ctx, metav1.ListOptions{})
+	tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tREADY\tSTATUS\tRESTARTS\tNODE\tIMAGE")
+	for _, p := range l.Items {
+		ready, restarts := 0, int32(0)
+		for _, c := range p.Status.ContainerStatuses {
+			if c.Ready {
+				ready++
+			}
+			restarts += c.RestartCount
+		}
+		fmt.Fprintf(tw, "%s\t%d/%d\t%s\t%d\t%s\t%s\n", p.Name, ready, len(p.Spec.Containers), p.Status.Phase, restarts, p.Spec.NodeName, p.Spec.Containers[0].Image)
+	}
+	tw.Flush()
+}
+
+// applyNoPull applies a spec of the repository with imagePullPolicy
+// IfNotPresent (the node has no registry; busybox is imported), and
+// without SYS_RESOURCE where this machine's capability bounding set lacks
+// it (runc cannot grant it; IPC_LOCK stays).
+func applyNoPull(ctx context.Context, cp *cluster.ControlPlane, dir, file string) error {
+	b, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), file))
+	if err != nil {
+		return err
+	}
+	s := regexp.MustCompile(`(?m)^(\s*)image: (.*)$`).ReplaceAllString(string(b), "${1}image: $2\n${1}imagePullPolicy: IfNotPresent")
+	if status, err := os.ReadFile("/proc/self/status"); err == nil {
+		if bnd, err := cluster.ParseCapMask(string(status), "CapBnd"); err == nil && bnd&(1<<24) == 0 {
+			fmt.Printf("  note: this machine's capability bounding set lacks CAP_SYS_RESOURCE: dropped from %s's containers\n", filepath.Base(file))
+			s = regexp.MustCompile(`"SYS_RESOURCE",\s*`).ReplaceAllString(s, "")
+			s = regexp.MustCompile(`(?m)^\s*- SYS_RESOURCE\n`).ReplaceAllString(s, "")
+		}
+	}
+	out := filepath.Join(dir, filepath.Base(file))
+	if err := os.WriteFile(out, []byte(s), 0o644); err != nil {
+		return err
+	}
+	_, err = cluster.ApplyFiles(ctx, cp.Config, false, out)
+	return err
+}
+
+// showRealJob waits for a Job, prints its claims' allocations and its
+// container's log as the kubelet serves it (kubectl logs).
+func showRealJob(ctx context.Context, cp *cluster.ControlPlane, allocs *allocations, name string) error {
+	step("Job %s", name)
+	var pod corev1.Pod
+	start := time.Now()
+	if err := waitFor(ctx, "job "+name+" to finish", func() (bool, error) {
+		j, err := cp.Client.BatchV1().Jobs("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range j.Status.Conditions {
+			if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+				pods, err := cp.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + name})
+				if err != nil || len(pods.Items) == 0 {
+					return false, err
+				}
+				pod = pods.Items[0]
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		return err
+	}
+	fmt.Printf("pod %s: %s (%s after the Job was created)\n", pod.Name, pod.Status.Phase, time.Since(start).Round(100*time.Millisecond))
+	for _, line := range allocs.of(pod.UID) {
+		fmt.Println(line)
+	}
+	out, err := cp.Client.CoreV1().Pods("default").GetLogs(pod.Name, &corev1.PodLogOptions{Container: "hps-benchmark"}).DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("kubectl logs %s: %w", pod.Name, err)
+	}
+	fmt.Printf("kubectl logs %s (ls /dev/infiniband; RDMA/NCCL/UCX env; CapEff):\n", pod.Name)
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fmt.Println("  " + l)
+	}
+	return nil
+}
