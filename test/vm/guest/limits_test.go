@@ -24,6 +24,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 )
 
 // hookPath is where the image holds rdma-dra-hook (test/vm puts it there).
@@ -327,6 +329,51 @@ ibv_rc_pingpong -d rxe0 -g %d -p %d -n 5`, gid, pingpongPort+12)
 		if _, err := os.Stat(filepath.Join(out, "failclosed-ran")); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("the container's command ran without its limit (/out/failclosed-ran: %v)", err)
 		}
+	})
+
+	t.Run("fail closed: the HCA is gone when the container starts", func(t *testing.T) {
+		// A soft-iWARP device of its own on eth1, prepared with a limit,
+		// then deleted before its container starts (an HCA unplugged
+		// between prepare and start): the kernel's rdma.max has no such
+		// device.
+		if ok, why := siwBuilt(); !ok {
+			t.Skipf("needs a siw device to delete: %s", why)
+		}
+		command(t, "rdma", "link", "add", "siw9", "type", "siw", "netdev", "eth1")
+		deleted := false
+		t.Cleanup(func() {
+			if !deleted {
+				exec.Command("rdma", "link", "delete", "siw9").Run()
+			}
+		})
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if slices.ContainsFunc(n.drv.Inventory().HCAs, func(h hca.HCA) bool { return h.Name == "siw9" && h.Uverbs != nil }) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the driver never saw siw9: %+v", n.drv.Inventory().HCAs)
+			}
+		}
+		gone := n.claimConsuming("lim-gone", one, []string{"siw9"}, "22222222-aaaa-4aaa-8aaa-000000000005")
+		ids := n.prepare(gone)
+		id := "lim-gone"
+		spec := withCDI(t, withOut(containerSpec(id, "touch", "/out/gone-ran"), out), n.cdiDir, ids...)
+		if got, want := createRuntimeHooks(spec), [][]string{{hook, "rdma-dra-hook", "limit", "--device=siw9", "--hca-handle=1", "--hca-object=max"}}; !slices.EqualFunc(got, want, slices.Equal) {
+			t.Errorf("createRuntime hooks %q, want %q", got, want)
+		}
+		command(t, "rdma", "link", "delete", "siw9")
+		deleted = true
+		r := runContainer(t, id, spec, 60*time.Second)
+		t.Logf("runc run %s after rdma link delete siw9: exit %d\n%s", id, r.exit, r.out)
+		want := regexp.MustCompile(regexp.QuoteMeta("rdma-dra-hook: HCA siw9: cannot set rdma.max (siw9 hca_handle=1 hca_object=max) of container "+id+": "+
+			`writing "siw9 hca_handle=1 hca_object=max" to /sys/fs/cgroup/vmtest/`+id+"/rdma.max: the kernel has no such RDMA device (") + `[a-z ]+\)`)
+		if r.exit == 0 || !want.MatchString(r.out) {
+			t.Errorf("runc run: exit %d; want a refusal matching %q", r.exit, want)
+		}
+		if _, err := os.Stat(filepath.Join(out, "gone-ran")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the container's command ran without its limit (/out/gone-ran: %v)", err)
+		}
+		n.unprepare(gone)
 	})
 
 	for _, c := range []*resourceapi.ResourceClaim{srv, cli, free, objs} {
