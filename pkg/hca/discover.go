@@ -6,19 +6,26 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
-// Discoverer reads an RDMA inventory from a sysfs tree and a dev tree. It
-// holds no state between passes, so one value may be reused and shared.
+// Discoverer reads an RDMA inventory from a sysfs tree and a dev tree. A
+// discovery holds no state between passes; PortStates keeps the port state
+// files open (closed when the Discoverer is collected). One value may be
+// reused and shared.
 type Discoverer struct {
 	sysfsRoot string
 	devRoot   string
 	readFile  func(string) ([]byte, error)
+	hooked    bool // readFile came from WithReadFile: every read goes through it
 	netlink   Netlink
+	watch     *portWatch // PortStates' open files
 }
 
 // Option configures a Discoverer.
@@ -33,8 +40,9 @@ func WithDevRoot(root string) Option { return func(d *Discoverer) { d.devRoot = 
 
 // WithReadFile replaces os.ReadFile for sysfs attribute files, so a test can
 // make reads fail the way the kernel does (EINVAL on some GID attributes).
+// f may be called from several goroutines at once.
 func WithReadFile(f func(string) ([]byte, error)) Option {
-	return func(d *Discoverer) { d.readFile = f }
+	return func(d *Discoverer) { d.readFile, d.hooked = f, true }
 }
 
 // NewDiscoverer returns a Discoverer for /sys and /dev unless told otherwise.
@@ -42,6 +50,10 @@ func NewDiscoverer(opts ...Option) *Discoverer {
 	d := &Discoverer{sysfsRoot: "/sys", devRoot: "/dev", readFile: readSysfs}
 	for _, o := range opts {
 		o(d)
+	}
+	if w := newPortWatch(); w != nil {
+		d.watch = w
+		runtime.AddCleanup(d, func(w *portWatch) { w.close() }, w)
 	}
 	return d
 }
@@ -58,30 +70,47 @@ func (d *Discoverer) Discover() (Inventory, error) {
 	if err != nil {
 		return inv, fmt.Errorf("sysfs root %s: %w", d.sysfsRoot, err)
 	}
-	pass := &pass{d: d, root: root}
+	walk := newPass(d, root)
+	defer walk.done()
 
-	inv.NetnsMode = pass.netnsMode(&inv.Warnings)
+	inv.NetnsMode = walk.netnsMode(&inv.Warnings)
 	if inv.NetnsMode != NetnsUnknown {
 		inv.NetnsModeSource = SourceSysfs
 	}
-	inv.RDMACM = pass.rdmaCM(&inv.Warnings)
+	inv.RDMACM = walk.rdmaCM(&inv.Warnings)
 
 	ibClass := filepath.Join(root, "class", "infiniband")
-	entries, err := os.ReadDir(ibClass)
+	entries, err := walk.names(dir{fd: -1, path: ibClass}, "")
 	if errors.Is(err, fs.ErrNotExist) {
 		return inv, nil // no ib_core: nothing to ask netlink either
 	}
 	if err != nil {
 		return inv, fmt.Errorf("listing RDMA devices: %w", err)
 	}
-	links := pass.netlinkFacts(&inv)
-	uverbs, badUverbs, warns := pass.uverbsDevices()
-	inv.Warnings = append(inv.Warnings, warns...)
-	mads, warns := pass.madDevices()
-	inv.Warnings = append(inv.Warnings, warns...)
+	slices.Sort(entries)
+	walk.ibClass = walk.rootDir(ibClass)
+	links := walk.netlinkFacts(&inv)
+	var (
+		uverbs                map[string]CharDevice
+		badUverbs             map[string]string
+		uverbsWarns, madWarns []string
+		mads                  map[string][]CharDevice
+	)
+	hcas := make([]HCA, len(entries))
+	walk.parallel(2+len(entries), func(p *pass, i int) {
+		switch i {
+		case 0:
+			uverbs, badUverbs, uverbsWarns = p.uverbsDevices()
+		case 1:
+			mads, madWarns = p.madDevices()
+		default:
+			hcas[i-2] = p.hca(entries[i-2])
+		}
+	})
+	inv.Warnings = append(inv.Warnings, uverbsWarns...)
+	inv.Warnings = append(inv.Warnings, madWarns...)
 
-	for _, e := range entries {
-		h := pass.hca(e.Name())
+	for _, h := range hcas {
 		addLinks(&h, links[h.Name])
 		badReason := ""
 		if u, ok := uverbs[h.Name]; ok {
@@ -91,7 +120,7 @@ func (d *Discoverer) Discover() (Inventory, error) {
 			delete(badUverbs, h.Name)
 		}
 		h.MAD = mads[h.Name]
-		pass.judge(&h, badReason)
+		walk.judge(&h, badReason)
 		inv.HCAs = append(inv.HCAs, h)
 	}
 	// A bad verbs device of an ibdev that is not there (or that has a good
@@ -113,10 +142,10 @@ func (d *Discoverer) Discover() (Inventory, error) {
 // hiddenDevices says when class/infiniband_verbs names ibdevs that
 // class/infiniband does not list. In exclusive netns mode that is what
 // sysfs shows a process outside the devices' network namespace.
-func hiddenDevices(entries []os.DirEntry, uverbs map[string]CharDevice, mode NetnsMode) ([]string, string) {
+func hiddenDevices(entries []string, uverbs map[string]CharDevice, mode NetnsMode) ([]string, string) {
 	listed := make(map[string]bool, len(entries))
 	for _, e := range entries {
-		listed[e.Name()] = true
+		listed[e] = true
 	}
 	var hidden []string
 	for ibdev := range uverbs {
@@ -137,8 +166,74 @@ func hiddenDevices(entries []os.DirEntry, uverbs map[string]CharDevice, mode Net
 
 // pass is one discovery walk.
 type pass struct {
-	d    *Discoverer
-	root string // sysfs root, symlinks resolved
+	d       *Discoverer
+	root    string // sysfs root, symlinks resolved
+	ibClass dir    // class/infiniband
+	buf     []byte // every file read of the pass lands here
+	dents   []byte // directory entries
+}
+
+// dir is a directory a pass reads: on Linux fd is open and its files are
+// opened relative to it (openat); fd is -1 when it is read by path.
+type dir struct {
+	fd   int
+	path string // for messages, and reads by path
+}
+
+func (d dir) join(name string) string {
+	if name == "" {
+		return d.path
+	}
+	if d.path == "" {
+		return name
+	}
+	return d.path + string(filepath.Separator) + name
+}
+
+type passBufs struct{ buf, dents []byte }
+
+// bufPool keeps the buffers between passes: a rescan allocates none.
+var bufPool = sync.Pool{New: func() any {
+	return &passBufs{buf: make([]byte, 0, 4096), dents: make([]byte, 32<<10)}
+}}
+
+func newPass(d *Discoverer, root string) *pass {
+	b := bufPool.Get().(*passBufs)
+	return &pass{d: d, root: root, ibClass: dir{fd: -1}, buf: b.buf, dents: b.dents}
+}
+
+func (p *pass) done() {
+	p.closeDir(p.ibClass)
+	p.release()
+}
+
+func (p *pass) release() { bufPool.Put(&passBufs{buf: p.buf[:0], dents: p.dents}) }
+
+// maxWorkers bounds the goroutines of one pass: sysfs reads are system
+// calls, so more workers than CPUs only queue.
+const maxWorkers = 4
+
+// parallel runs f(i) for i in [0, n) on up to GOMAXPROCS workers, each
+// with its own pass buffers. The HCAs of a node are independent.
+func (p *pass) parallel(n int, f func(p *pass, i int)) {
+	workers := min(runtime.GOMAXPROCS(0), maxWorkers, n)
+	var next atomic.Int64
+	work := func(sub *pass) {
+		for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+			f(sub, i)
+		}
+	}
+	var wg sync.WaitGroup
+	for range workers - 1 {
+		sub := newPass(p.d, p.root)
+		sub.ibClass = p.ibClass
+		wg.Go(func() {
+			defer sub.release()
+			work(sub)
+		})
+	}
+	work(p)
+	wg.Wait()
 }
 
 // read returns a file's content without the trailing newline.
@@ -148,6 +243,18 @@ func (p *pass) read(path string) (string, error) {
 		return "", err
 	}
 	return strings.TrimRight(string(b), "\n"), nil
+}
+
+// readAt is read for name in d.
+func (p *pass) readAt(d dir, name string) (string, error) {
+	b, err := p.readIn(d, name)
+	if err != nil {
+		return "", err
+	}
+	for len(b) > 0 && b[len(b)-1] == '\n' {
+		b = b[:len(b)-1]
+	}
+	return string(b), nil
 }
 
 // warner collects warnings that name the file.
@@ -168,21 +275,21 @@ func fileError(path string, err error) string {
 // addErr records an error that already names its file.
 func (w warner) addErr(err error) { *w.list = append(*w.list, err.Error()) }
 
-// readAttr reads a required attribute; a failure is a warning.
-func (p *pass) readAttr(w warner, path string) (string, bool) {
-	s, err := p.read(path)
+// readAttr reads a required attribute, name in d; a failure is a warning.
+func (p *pass) readAttr(w warner, d dir, name string) (string, bool) {
+	s, err := p.readAt(d, name)
 	if err != nil {
-		w.add(path, err)
+		w.add(d.join(name), err)
 		return "", false
 	}
 	return s, true
 }
 
 // readOptional reads an attribute that some drivers lack: absence is silent.
-func (p *pass) readOptional(w warner, path string) string {
-	s, err := p.read(path)
+func (p *pass) readOptional(w warner, d dir, name string) string {
+	s, err := p.readAt(d, name)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		w.add(path, err)
+		w.add(d.join(name), err)
 	}
 	return s
 }
@@ -257,25 +364,32 @@ func (p *pass) charDevice(name, path, dev string) (CharDevice, error) {
 	return cd, nil
 }
 
-// classDevices lists the device directories of a class, skipping plain
-// files such as abi_version.
-func (p *pass) classDevices(class string) ([]string, error) {
-	dir := filepath.Join(p.root, "class", class)
-	entries, err := os.ReadDir(dir)
+// classDevices lists the entries of a class, sorted. The class dir is open
+// while the caller reads them, and closed by the caller.
+func (p *pass) classDevices(class string) (dir, []string, error) {
+	cd := p.rootDir(filepath.Join(p.root, "class", class))
+	entries, err := p.names(cd, "")
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return cd, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return cd, nil, err
 	}
-	var out []string
-	for _, e := range entries {
-		fi, err := os.Stat(filepath.Join(dir, e.Name()))
-		if err == nil && fi.IsDir() {
-			out = append(out, filepath.Join(dir, e.Name()))
-		}
+	slices.Sort(entries)
+	return cd, entries, nil
+}
+
+// classDevice opens a class entry, or says it is no device directory (a
+// plain file such as abi_version, or a dangling link).
+func (p *pass) classDevice(class dir, name string) (dir, bool) {
+	d, err := p.openDirErr(class, name)
+	if d.fd >= 0 {
+		return d, true
 	}
-	return out, nil
+	if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ENOENT) {
+		return d, false
+	}
+	return d, p.isDirIn(class, name) // read by path: errors name the files
 }
 
 // uverbsDevices maps ibdev name to its verbs device. A verbs device whose
@@ -284,54 +398,70 @@ func (p *pass) classDevices(class string) ([]string, error) {
 // become the HCA's UnusableReason.
 func (p *pass) uverbsDevices() (good map[string]CharDevice, bad map[string]string, warns []string) {
 	w := warner{&warns}
-	dirs, err := p.classDevices("infiniband_verbs")
+	class, names, err := p.classDevices("infiniband_verbs")
+	defer p.closeDir(class)
 	if err != nil {
-		w.add(filepath.Join(p.root, "class", "infiniband_verbs"), err)
+		w.add(class.path, err)
 	}
 	good, bad = map[string]CharDevice{}, map[string]string{}
-	for _, dir := range dirs {
-		ibdev, ok := p.readAttr(w, filepath.Join(dir, "ibdev"))
+	for _, name := range names {
+		d, ok := p.classDevice(class, name)
 		if !ok {
 			continue
 		}
-		devPath := filepath.Join(dir, "dev")
-		dev, err := p.read(devPath)
-		if err != nil {
-			bad[ibdev] = fileError(devPath, err)
-			continue
-		}
-		cd, err := p.charDevice(filepath.Base(dir), devPath, dev)
-		if err != nil {
-			bad[ibdev] = err.Error()
-			continue
-		}
-		good[ibdev] = cd
+		p.uverbsDevice(w, d, name, good, bad)
+		p.closeDir(d)
 	}
 	return good, bad, warns
+}
+
+func (p *pass) uverbsDevice(w warner, d dir, name string, good map[string]CharDevice, bad map[string]string) {
+	ibdev, ok := p.readAttr(w, d, "ibdev")
+	if !ok {
+		return
+	}
+	devPath := d.join("dev")
+	dev, err := p.readAt(d, "dev")
+	if err != nil {
+		bad[ibdev] = fileError(devPath, err)
+		return
+	}
+	cd, err := p.charDevice(name, devPath, dev)
+	if err != nil {
+		bad[ibdev] = err.Error()
+		return
+	}
+	good[ibdev] = cd
 }
 
 // madDevices maps ibdev name to its umad and issm devices, sorted by name.
 func (p *pass) madDevices() (map[string][]CharDevice, []string) {
 	var warns []string
 	w := warner{&warns}
-	dirs, err := p.classDevices("infiniband_mad")
+	class, names, err := p.classDevices("infiniband_mad")
+	defer p.closeDir(class)
 	if err != nil {
-		w.add(filepath.Join(p.root, "class", "infiniband_mad"), err)
+		w.add(class.path, err)
 	}
 	out := map[string][]CharDevice{}
-	for _, dir := range dirs {
-		ibdev, ok1 := p.readAttr(w, filepath.Join(dir, "ibdev"))
-		port, ok2 := p.readAttr(w, filepath.Join(dir, "port"))
-		dev, ok3 := p.readAttr(w, filepath.Join(dir, "dev"))
+	for _, name := range names {
+		d, ok := p.classDevice(class, name)
+		if !ok {
+			continue
+		}
+		ibdev, ok1 := p.readAttr(w, d, "ibdev")
+		port, ok2 := p.readAttr(w, d, "port")
+		dev, ok3 := p.readAttr(w, d, "dev")
+		p.closeDir(d)
 		if !ok1 || !ok2 || !ok3 {
 			continue
 		}
 		n, err := strconv.Atoi(port)
 		if err != nil || n < 1 {
-			w.add(filepath.Join(dir, "port"), fmt.Errorf("cannot parse %q: want a port number", port))
+			w.add(d.join("port"), fmt.Errorf("cannot parse %q: want a port number", port))
 			continue
 		}
-		cd, err := p.charDevice(filepath.Base(dir), filepath.Join(dir, "dev"), dev)
+		cd, err := p.charDevice(name, d.join("dev"), dev)
 		if err != nil {
 			w.addErr(err)
 			continue
@@ -349,11 +479,12 @@ func (p *pass) madDevices() (map[string][]CharDevice, []string) {
 func (p *pass) hca(name string) HCA {
 	h := HCA{Name: name}
 	w := warner{&h.Warnings}
-	dir := filepath.Join(p.root, "class", "infiniband", name)
+	dir := p.openDir(p.ibClass, name)
+	defer p.closeDir(dir)
 
-	if s, ok := p.readAttr(w, filepath.Join(dir, "node_type")); ok {
+	if s, ok := p.readAttr(w, dir, "node_type"); ok {
 		if _, word, err := parseNumberedWord(s); err != nil {
-			w.add(filepath.Join(dir, "node_type"), err)
+			w.add(dir.join("node_type"), err)
 		} else {
 			h.NodeType = word
 		}
@@ -362,30 +493,24 @@ func (p *pass) hca(name string) HCA {
 		file string
 		dst  *string
 	}{{"node_guid", &h.NodeGUID}, {"sys_image_guid", &h.SysImageGUID}} {
-		path := filepath.Join(dir, g.file)
-		if s, ok := p.readAttr(w, path); ok {
+		if s, ok := p.readAttr(w, dir, g.file); ok {
 			if v, err := parseGUID(s); err != nil {
-				w.add(path, err)
+				w.add(dir.join(g.file), err)
 			} else {
 				*g.dst = v
 			}
 		}
 	}
-	h.FirmwareVer, _ = p.readAttr(w, filepath.Join(dir, "fw_ver"))
-	h.NodeDesc, _ = p.readAttr(w, filepath.Join(dir, "node_desc"))
-	h.HCAType = p.readOptional(w, filepath.Join(dir, "hca_type"))
-	h.BoardID = p.readOptional(w, filepath.Join(dir, "board_id"))
+	h.FirmwareVer, _ = p.readAttr(w, dir, "fw_ver")
+	h.NodeDesc, _ = p.readAttr(w, dir, "node_desc")
+	h.HCAType = p.readOptional(w, dir, "hca_type")
+	h.BoardID = p.readOptional(w, dir, "board_id")
 
-	h.Ports = p.ports(w, filepath.Join(dir, "ports"))
-	h.PCI = p.pci(w, dir)
+	h.Ports = p.ports(w, dir)
+	var netdevs map[string]bool
+	h.PCI, netdevs = p.pci(w, dir)
 	h.Software = h.PCI == nil && p.isVirtual(dir)
 
-	netdevs := map[string]bool{}
-	if h.PCI != nil {
-		for _, n := range p.listDir(filepath.Join(dir, "device", "net")) {
-			netdevs[n] = true
-		}
-	}
 	for _, port := range h.Ports {
 		for _, g := range port.GIDs {
 			if g.Netdev != "" {
@@ -397,7 +522,7 @@ func (p *pass) hca(name string) HCA {
 		}
 	}
 	if h.Software && h.ParentNetdev == "" {
-		h.ParentNetdev = p.readOptional(w, filepath.Join(dir, "parent"))
+		h.ParentNetdev = p.readOptional(w, dir, "parent")
 	}
 	for n := range netdevs {
 		h.Netdevs = append(h.Netdevs, n)
@@ -420,8 +545,8 @@ func (p *pass) hca(name string) HCA {
 
 // isVirtual reports whether an ibdev lives under devices/virtual (no parent
 // device), as rxe and siw do.
-func (p *pass) isVirtual(dir string) bool {
-	real, err := filepath.EvalSymlinks(dir)
+func (p *pass) isVirtual(d dir) bool {
+	real, err := p.realPath(d)
 	if err != nil {
 		return false
 	}
@@ -429,66 +554,55 @@ func (p *pass) isVirtual(dir string) bool {
 	return err == nil && strings.HasPrefix(rel, filepath.Join("devices", "virtual")+string(filepath.Separator))
 }
 
-func (p *pass) listDir(dir string) []string {
-	entries, err := os.ReadDir(dir)
+func (p *pass) ports(w warner, ib dir) []Port {
+	d := p.openDir(ib, "ports")
+	defer p.closeDir(d)
+	names, err := p.names(d, "")
 	if err != nil {
-		return nil
-	}
-	names := make([]string, 0, len(entries))
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	return names
-}
-
-func (p *pass) ports(w warner, dir string) []Port {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		w.add(dir, err)
+		w.add(d.path, err)
 		return nil
 	}
 	var ports []Port
-	for _, e := range entries {
-		n, err := strconv.Atoi(e.Name())
+	for _, name := range names {
+		n, err := strconv.Atoi(name)
 		if err != nil || n < 1 {
 			continue
 		}
-		ports = append(ports, p.port(w, filepath.Join(dir, e.Name()), n))
+		pd := p.openDir(d, name)
+		ports = append(ports, p.port(w, pd, n))
+		p.closeDir(pd)
 	}
 	slices.SortFunc(ports, func(a, b Port) int { return a.Number - b.Number })
 	return ports
 }
 
-func (p *pass) port(w warner, dir string, n int) Port {
+func (p *pass) port(w warner, dir dir, n int) Port {
 	port := Port{Number: n, RoCEv2GIDIndex: -1}
 	word := func(file string) string {
-		path := filepath.Join(dir, file)
-		s, ok := p.readAttr(w, path)
+		s, ok := p.readAttr(w, dir, file)
 		if !ok {
 			return ""
 		}
 		_, v, err := parseNumberedWord(s)
 		if err != nil {
-			w.add(path, err)
+			w.add(dir.join(file), err)
 		}
 		return v
 	}
 	port.State = word("state")
 	port.PhysState = word("phys_state")
 
-	llPath := filepath.Join(dir, "link_layer")
-	if s, ok := p.readAttr(w, llPath); ok {
+	if s, ok := p.readAttr(w, dir, "link_layer"); ok {
 		switch LinkLayer(s) {
 		case LinkLayerInfiniBand, LinkLayerEthernet:
 			port.LinkLayer = LinkLayer(s)
 		default:
-			w.add(llPath, fmt.Errorf("unknown link layer %q: want InfiniBand or Ethernet", s))
+			w.add(dir.join("link_layer"), fmt.Errorf("unknown link layer %q: want InfiniBand or Ethernet", s))
 		}
 	}
-	ratePath := filepath.Join(dir, "rate")
-	if s, ok := p.readAttr(w, ratePath); ok {
+	if s, ok := p.readAttr(w, dir, "rate"); ok {
 		if r, err := parseRate(s); err != nil {
-			w.add(ratePath, err)
+			w.add(dir.join("rate"), err)
 		} else {
 			port.RateGbps, port.Width, port.Speed = r.gbps, r.width, r.speed
 		}
@@ -498,10 +612,9 @@ func (p *pass) port(w warner, dir string, n int) Port {
 			file string
 			dst  *int
 		}{{"lid", &port.LID}, {"sm_lid", &port.SMLID}} {
-			path := filepath.Join(dir, f.file)
-			if s, ok := p.readAttr(w, path); ok {
+			if s, ok := p.readAttr(w, dir, f.file); ok {
 				if v, err := parseHexInt(s, 16); err != nil {
-					w.add(path, err)
+					w.add(dir.join(f.file), err)
 				} else {
 					*f.dst = int(v)
 				}
@@ -515,11 +628,11 @@ func (p *pass) port(w warner, dir string, n int) Port {
 
 // gids reads the occupied slots of a port's GID table. Empty slots are
 // skipped before their attributes are read (those reads fail by design).
-func (p *pass) gids(w warner, portDir string, ethernet bool) []GID {
-	gidDir := filepath.Join(portDir, "gids")
-	names, err := dirNames(gidDir)
+// Every slot is read: the kernel does not keep the table compact.
+func (p *pass) gids(w warner, port dir, ethernet bool) []GID {
+	names, err := p.names(port, "gids")
 	if err != nil {
-		w.add(gidDir, err)
+		w.add(port.join("gids"), err)
 		return nil
 	}
 	var out []GID
@@ -528,10 +641,10 @@ func (p *pass) gids(w warner, portDir string, ethernet bool) []GID {
 		if err != nil || idx < 0 {
 			continue
 		}
-		path := gidDir + string(filepath.Separator) + name
-		b, err := p.d.readFile(path)
+		file := "gids" + string(filepath.Separator) + name
+		b, err := p.readIn(port, file)
 		if err != nil {
-			w.add(path, err)
+			w.add(port.join(file), err)
 			continue
 		}
 		// Most slots are empty (rxe has 1024): skip them before any
@@ -541,15 +654,15 @@ func (p *pass) gids(w warner, portDir string, ethernet bool) []GID {
 		}
 		s := strings.TrimRight(string(b), "\n")
 		if _, empty, err := parseGID(s); err != nil {
-			w.add(path, err)
+			w.add(port.join(file), err)
 			continue
 		} else if empty {
 			continue
 		}
 		g := GID{Index: idx, GID: s}
-		g.Type = p.gidAttr(w, filepath.Join(portDir, "gid_attrs", "types", name))
+		g.Type = p.gidAttr(w, port, "gid_attrs/types/"+name)
 		if ethernet {
-			g.Netdev = p.gidAttr(w, filepath.Join(portDir, "gid_attrs", "ndevs", name))
+			g.Netdev = p.gidAttr(w, port, "gid_attrs/ndevs/"+name)
 		}
 		out = append(out, g)
 	}
@@ -579,13 +692,13 @@ func dirNames(dir string) ([]string, error) {
 // gidAttr reads a GID attribute. EINVAL and ENODATA are the kernel's way of
 // saying "no value" (no netdev on InfiniBand, a slot being torn down), so
 // they are silent.
-func (p *pass) gidAttr(w warner, path string) string {
-	s, err := p.read(path)
+func (p *pass) gidAttr(w warner, port dir, name string) string {
+	s, err := p.readAt(port, name)
 	if errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENODATA) || errors.Is(err, fs.ErrNotExist) {
 		return ""
 	}
 	if err != nil {
-		w.add(path, err)
+		w.add(port.join(name), err)
 		return ""
 	}
 	return s
@@ -613,24 +726,29 @@ func roceV2Index(gids []GID) int {
 	return v6
 }
 
-// pci reads the PCI function behind an ibdev, or nil for software devices.
-func (p *pass) pci(w warner, ibdir string) *PCIInfo {
-	link := filepath.Join(ibdir, "device")
-	devDir, err := filepath.EvalSymlinks(link)
+// pci reads the PCI function behind an ibdev, or nil for software devices,
+// and the netdevs of that function (never nil).
+func (p *pass) pci(w warner, ib dir) (*PCIInfo, map[string]bool) {
+	netdevs := map[string]bool{}
+	d := p.openDir(ib, "device")
+	defer p.closeDir(d)
+	devDir, err := p.realPath(d)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return nil, netdevs
 	}
 	if err != nil {
-		w.add(link, err)
-		return nil
+		w.add(d.path, err)
+		return nil, netdevs
 	}
 	rel, err := filepath.Rel(p.root, devDir)
 	if err != nil || !strings.HasPrefix(rel, "devices"+string(filepath.Separator)+"pci") {
 		// A parent that is not PCI (platform or auxiliary bus): no PCI facts.
-		return nil
+		return nil, netdevs
 	}
 	info := &PCIInfo{BusID: filepath.Base(devDir), NUMANode: -1}
 	info.PCIeRoot = strings.Split(rel, string(filepath.Separator))[1]
+	// Files are named by the resolved path, as before.
+	d.path = devDir
 
 	for _, f := range []struct {
 		file string
@@ -639,43 +757,45 @@ func (p *pass) pci(w warner, ibdir string) *PCIInfo {
 		{"vendor", &info.VendorID}, {"device", &info.DeviceID},
 		{"subsystem_vendor", &info.SubsystemVendor}, {"subsystem_device", &info.SubsystemDevice},
 	} {
-		path := filepath.Join(devDir, f.file)
-		if s, ok := p.readAttr(w, path); ok {
+		if s, ok := p.readAttr(w, d, f.file); ok {
 			if v, err := parsePCIID(s); err != nil {
-				w.add(path, err)
+				w.add(d.join(f.file), err)
 			} else {
 				*f.dst = v
 			}
 		}
 	}
-	numaPath := filepath.Join(devDir, "numa_node")
-	if s, ok := p.readAttr(w, numaPath); ok {
+	if s, ok := p.readAttr(w, d, "numa_node"); ok {
 		if n, err := parseNUMANode(s); err != nil {
-			w.add(numaPath, err)
+			w.add(d.join("numa_node"), err)
 		} else {
 			info.NUMANode = n
 		}
 	}
-	if target, err := os.Readlink(filepath.Join(devDir, "driver")); err == nil {
+	if target, err := p.readlinkIn(d, "driver"); err == nil {
 		info.Driver = filepath.Base(target)
 	}
-	if target, err := os.Readlink(filepath.Join(devDir, "physfn")); err == nil {
+	if target, err := p.readlinkIn(d, "physfn"); err == nil {
 		info.SRIOV = SRIOVVF
 		info.PFBusID = filepath.Base(target)
-	} else if s, err := p.read(filepath.Join(devDir, "sriov_totalvfs")); err == nil {
+	} else if s, err := p.readAt(d, "sriov_totalvfs"); err == nil {
 		if total, err := strconv.Atoi(s); err == nil && total > 0 {
 			info.SRIOV = SRIOVPF
 		}
-		numPath := filepath.Join(devDir, "sriov_numvfs")
-		if s, ok := p.readAttr(w, numPath); ok {
+		if s, ok := p.readAttr(w, d, "sriov_numvfs"); ok {
 			if n, err := strconv.Atoi(s); err != nil || n < 0 {
-				w.add(numPath, fmt.Errorf("cannot parse %q: want a number", s))
+				w.add(d.join("sriov_numvfs"), fmt.Errorf("cannot parse %q: want a number", s))
 			} else {
 				info.NumVFs = n
 			}
 		}
 	}
-	return info
+	if names, err := p.names(d, "net"); err == nil {
+		for _, n := range names {
+			netdevs[n] = true
+		}
+	}
+	return info, netdevs
 }
 
 // judge decides whether an HCA can be handed to a container. badUverbs is

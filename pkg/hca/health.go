@@ -33,7 +33,13 @@ func orUnknown(s string) string {
 // watcher can run several times a second to notice a link change without a
 // full discovery. Keys are "<ibdev>/<port>", values the raw state and
 // phys_state contents.
+//
+// On Linux the state files stay open between calls (two descriptors per
+// port) and are re-read in place; see portWatch.
 func (d *Discoverer) PortStates() (map[string]string, error) {
+	if m, ok, err := d.portStates(); ok {
+		return m, err
+	}
 	root := filepath.Join(d.sysfsRoot, "class", "infiniband")
 	ibdevs, err := os.ReadDir(root)
 	if os.IsNotExist(err) {

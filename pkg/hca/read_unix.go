@@ -10,9 +10,7 @@ import (
 
 // readSysfs reads a sysfs attribute with three system calls (open, read,
 // close): os.ReadFile adds a poller registration and a read to see EOF,
-// which double the cost of the 1024-slot GID tables rxe has. A read that
-// returns less than asked is the whole file, for sysfs attributes (one
-// show call fills them) as for regular files.
+// which double the cost of the 1024-slot GID tables rxe has.
 func readSysfs(path string) ([]byte, error) {
 	fd, err := open(path)
 	if err != nil {
@@ -20,6 +18,17 @@ func readSysfs(path string) ([]byte, error) {
 	}
 	defer unix.Close(fd)
 	var buf [256]byte // attributes are a few bytes
+	out, err := readFD(fd, buf[:0])
+	if err != nil {
+		return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+	}
+	return append([]byte(nil), out...), nil
+}
+
+// readFD reads fd to its end into buf, growing it when the file is longer.
+// A read that returns less than asked is the whole file, for sysfs
+// attributes (one show call fills them) as for regular files.
+func readFD(fd int, buf []byte) ([]byte, error) {
 	out := buf[:0]
 	for {
 		if len(out) == cap(out) {
@@ -30,12 +39,12 @@ func readSysfs(path string) ([]byte, error) {
 			continue
 		}
 		if err != nil {
-			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+			return nil, err
 		}
 		short := len(out)+n < cap(out)
 		out = out[:len(out)+n]
 		if n == 0 || short {
-			return append([]byte(nil), out...), nil
+			return out, nil
 		}
 	}
 }
