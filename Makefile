@@ -12,7 +12,7 @@ ifneq ($(wildcard /dev/shm/.),)
 export TMPDIR ?= /dev/shm
 endif
 
-.PHONY: all build test test-unit test-e2e test-vm demo bench fuzz lint image docker-image clean
+.PHONY: all build test test-unit test-e2e test-vm demo bench bench-scale bench-podstart fuzz lint image docker-image clean
 
 all: build
 
@@ -41,13 +41,27 @@ test-vm:
 
 # The demo: rdmactl on a simulated DGX H100 node, then the same node in an
 # in-process Kubernetes 1.37 cluster running the seed's Jobs (DRA and
-# rdma/hca) in real containers. DEMO_FLAGS=--keep leaves it up for kubectl.
+# rdma/hca): on a real node (kubelet + containerd, the chart's DaemonSet)
+# where the machine can, else on the node agent. DEMO_FLAGS=--keep leaves it
+# up for kubectl; DEMO_LOG=file keeps the cluster's logs.
 demo: build
 	BIN=$(BIN) ./demo/run.sh
 	cd test && $(GO) run ./cmd/rdma-demo $(DEMO_FLAGS) 2>$(or $(DEMO_LOG),/dev/null)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# The real kube-scheduler with SCALE_NODES simulated RDMA nodes (each 8 CX-7 +
+# 2 BF-3, a GPU driver's 8 GPUs on the same PCIe roots, a one-attribute
+# baseline driver): pods/s and p50/p99 per pod shape, ratios to the baseline.
+SCALE_NODES ?= 100,1000
+bench-scale:
+	cd test && SCALE_NODES=$(SCALE_NODES) $(GO) test -run '^$$' -bench BenchmarkScheduling -benchtime=1x -timeout 60m ./scale
+
+# Pod create -> Running on the real node, by route (no device, DRA claim,
+# rdma/hca via the device plugin and via extendedResourceName); root only.
+bench-podstart:
+	cd test && $(GO) test -run '^$$' -bench BenchmarkPodStart -benchtime=1x -timeout 30m ./scale
 
 # Runs every fuzz target for $(FUZZTIME) each (go test takes one -fuzz target at a time).
 fuzz:
