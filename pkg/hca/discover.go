@@ -630,9 +630,11 @@ func (p *pass) port(w warner, dir dir, n int) Port {
 // skipped before their attributes are read (those reads fail by design).
 // Every slot is read: the kernel does not keep the table compact.
 func (p *pass) gids(w warner, port dir, ethernet bool) []GID {
-	names, err := p.names(port, "gids")
+	gids := p.openDir(port, "gids")
+	defer p.closeDir(gids)
+	names, err := p.names(gids, "")
 	if err != nil {
-		w.add(port.join("gids"), err)
+		w.add(gids.path, err)
 		return nil
 	}
 	var out []GID
@@ -641,10 +643,9 @@ func (p *pass) gids(w warner, port dir, ethernet bool) []GID {
 		if err != nil || idx < 0 {
 			continue
 		}
-		file := "gids" + string(filepath.Separator) + name
-		b, err := p.readIn(port, file)
+		b, err := p.readIn(gids, name)
 		if err != nil {
-			w.add(port.join(file), err)
+			w.add(gids.join(name), err)
 			continue
 		}
 		// Most slots are empty (rxe has 1024): skip them before any
@@ -654,7 +655,7 @@ func (p *pass) gids(w warner, port dir, ethernet bool) []GID {
 		}
 		s := strings.TrimRight(string(b), "\n")
 		if _, empty, err := parseGID(s); err != nil {
-			w.add(port.join(file), err)
+			w.add(gids.join(name), err)
 			continue
 		} else if empty {
 			continue
