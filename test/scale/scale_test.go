@@ -68,6 +68,12 @@ var shapes = []shape{
 		Requests: []resourceapi.DeviceRequest{request("gpu", "gpu", 1), request("hca", "ib.rdma.dra.dev", 1)},
 		Constraints: []resourceapi.DeviceConstraint{{Requests: []string{"gpu", "hca"},
 			MatchAttribute: ptr(resourceapi.FullyQualifiedName("resource.kubernetes.io/pcieRoot"))}}}}},
+	// Diagnostic: the pair's two requests without the constraint, and two
+	// baseline devices, to tell the constraint's cost from the second request's.
+	{name: "gpu-hca-unaligned", claim: &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+		Requests: []resourceapi.DeviceRequest{request("gpu", "gpu", 1), request("hca", "ib.rdma.dra.dev", 1)}}}},
+	{name: "two-baseline", claim: &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+		Requests: []resourceapi.DeviceRequest{request("a", "baseline", 1), request("b", "baseline", 1)}}}},
 	{name: "eight-hcas", claim: &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
 		Requests: []resourceapi.DeviceRequest{request("hcas", "ib.rdma.dra.dev", 8)}}}},
 	{name: "rdma-hca-extended", extended: true},
@@ -93,14 +99,14 @@ func envInts(tb testing.TB, name string, def []int) []int {
 }
 
 // BenchmarkScheduling: for each node count in SCALE_NODES (default 100),
-// SCALE_PODS pods (default: one per node) of each shape, created at once;
+// SCALE_PODS pods (default: one per node, at most 200) of each shape, created at once;
 // reported per shape: pods/s, p50/p99 create-to-bind latency, and the ratio
 // of each to the baseline shape's. Run with -benchtime=1x: one iteration is
 // one whole run, and the figures are the run's.
 func BenchmarkScheduling(b *testing.B) {
 	for _, nodes := range envInts(b, "SCALE_NODES", []int{100}) {
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
-			pods := nodes
+			pods := min(nodes, 200) // eight-hcas takes a whole node per pod
 			if p := envInts(b, "SCALE_PODS", nil); len(p) > 0 {
 				pods = p[0]
 			}
