@@ -2,10 +2,10 @@ package e2e
 
 // The driver on a real node: kubelet v1.37.2 and containerd 2.4.2 with
 // runc (test/node), the driver installed by its Helm chart from the image
-// `make image` builds, on a simulated DGX H100 (hcatest). The seed's Job
-// goes through DRA and, with legacy.route=device-plugin, through the
-// kubelet's own device manager; what the containers saw comes back as
-// their logs through the API server (pods/log).
+// `make image` builds, on a simulated DGX H100 (hcatest). Here: the legacy
+// rdma/hca routes; the other scenarios are in realscenarios_test.go, the
+// world they share in realworld_test.go. What the containers saw comes
+// back as their logs through the API server (pods/log).
 
 import (
 	"context"
@@ -26,120 +26,72 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
-	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
-	"github.com/rdma-dra/rdma-dra-driver/pkg/slices"
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
 	"github.com/rdma-dra/rdma-dra-driver/test/node"
 )
 
-func TestRealNode(t *testing.T) {
-	if err := node.Check(); err != nil {
-		t.Skip(err)
+// Both legacy routes of rdma/hca on one node, the seed's Job unchanged
+// (demo/specs/20-job-legacy.yaml): legacy.route=dra (the DeviceClass's
+// extendedResourceName, the scheduler's claim for the pod) first, then
+// legacy.route=device-plugin (the kubelet's own device manager). Each
+// container sees every HCA. DRA goes first: once the device plugin has
+// put rdma/hca into the Node's allocatable, the scheduler would keep
+// serving rdma/hca from there.
+func TestRealNodeLegacy(t *testing.T) {
+	w := newRealWorld(t)
+	want := []string{"rdma_cm"}
+	for _, h := range w.devices {
+		want = append(want, h.Uverbs.Name)
 	}
-	if _, err := node.EnsureBinaries(t.Logf); err != nil {
-		t.Skipf("the node's binaries cannot be built here: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	dir := t.TempDir()
-
-	image, err := node.BuildDriverImage(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := hcatest.Preset("dgx-h100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim, err := hcatest.Build(filepath.Join(dir, "hca"), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inv, err := hca.Discover(hca.WithSysfsRoot(sim.SysfsRoot), hca.WithDevRoot(sim.DevRoot))
-	if err != nil {
-		t.Fatal(err)
-	}
-	devices := slices.Published(inv) // device name -> HCA
-
-	cp, err := cluster.StartControlPlaneWith(t, filepath.Join(dir, "cp"), node.ControlPlaneOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cp.Stop)
-	t.Cleanup(cancel) // controllers stop before the API server does
-	for _, start := range []func(context.Context, *cluster.ControlPlane) error{cluster.StartControllers, cluster.StartNodeControllers, cluster.StartScheduler} {
-		if err := start(ctx, cp); err != nil {
-			t.Fatal(err)
+	sort.Strings(want)
+	check := func(t *testing.T, out string) {
+		t.Helper()
+		got := infinibandListing(out)
+		sort.Strings(got)
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("/dev/infiniband in the rdma/hca container = %v, want every HCA: %v", got, want)
 		}
 	}
-	n, err := node.Start(ctx, t, cp, node.Options{Images: []string{image}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodeObj, err := cp.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	info := nodeObj.Status.NodeInfo
-	t.Logf("node %s: kubelet %s, runtime %s, kernel %s", n.Name, info.KubeletVersion, info.ContainerRuntimeVersion, info.KernelVersion)
-	if info.KubeletVersion != "v1.37.2" || info.ContainerRuntimeVersion != "containerd://2.4.2" {
-		t.Errorf("node reports kubelet %q and runtime %q, want v1.37.2 and containerd://2.4.2", info.KubeletVersion, info.ContainerRuntimeVersion)
-	}
 
-	values := func(extra string) string {
-		return fmt.Sprintf(`{"image":{"tag":"dev"},"sysfsRoot":%q,"devRoot":%q%s}`, sim.SysfsRoot, sim.DevRoot, extra)
-	}
-	claims := watchClaims(ctx, t, cp)
-
-	t.Run("DRA", func(t *testing.T) {
-		objs := installDriver(ctx, t, cp, n, dir, "rdma", values(""))
-		waitRealNode(t, "the ResourceSlice of "+n.Name, time.Minute, func() (bool, string) {
-			got := sliceDevices(ctx, cp, n.Name)
-			return len(got) == len(devices), fmt.Sprintf("devices %v, want %d", got, len(devices))
-		})
-
-		applyPulling(ctx, t, cp, dir, "demo/specs/10-job-dra.yaml")
-		pod := waitJobPod(ctx, t, cp, "hps-benchmark")
-		out := realPodLogs(ctx, t, cp, pod.Name, "hps-benchmark")
-		t.Logf("hps-benchmark's log (pods/log from the kubelet):\n%s", out)
-		allocated := claims.devices(pod.Name)
-		if len(allocated) != 1 || devices[allocated[0]].Uverbs == nil {
-			t.Fatalf("the claim of pod %s got devices %v, want one HCA (recorded: %v)", pod.Name, allocated, claims.all())
+	t.Run("legacy-dra", func(t *testing.T) {
+		start := time.Now()
+		w.install(t, "rdma-legacy-dra", `,"sharing":"shared","legacy":{"route":"dra"}`)
+		applyPulling(w.ctx, t, w.cp, w.dir, "demo/specs/20-job-legacy.yaml")
+		pod := waitJobPod(w.ctx, t, w.cp, "hps-benchmark-legacy")
+		out := realPodLogs(w.ctx, t, w.cp, pod.Name, "hps-benchmark")
+		t.Logf("hps-benchmark-legacy's log (pods/log from the kubelet):\n%s", out)
+		check(t, out)
+		if pod.Status.ExtendedResourceClaimStatus == nil {
+			t.Errorf("pod has no extendedResourceClaimStatus: the scheduler did not map rdma/hca to a claim")
+		} else {
+			t.Logf("rdma/hca served by the scheduler's claim %s", pod.Status.ExtendedResourceClaimStatus.ResourceClaimName)
 		}
-		want := []string{"rdma_cm", devices[allocated[0]].Uverbs.Name}
-		if got := infinibandListing(out); strings.Join(got, " ") != strings.Join(want, " ") {
-			t.Errorf("/dev/infiniband in the container = %v, want %v (claim's device %s)", got, want, allocated[0])
-		}
-		if capEff(t, out)&(1<<14) == 0 {
-			t.Errorf("IPC_LOCK missing from CapEff:\n%s", out)
-		}
-		uninstallDriver(ctx, t, cp, objs)
+		w.reset(t)
+		w.uninstall(t)
+		t.Logf("legacy-dra: %s", time.Since(start).Round(100*time.Millisecond))
 	})
 
 	t.Run("legacy-device-plugin", func(t *testing.T) {
-		installDriver(ctx, t, cp, n, dir, "rdma-legacy", values(`,"sharing":"shared","legacy":{"route":"device-plugin"},"deviceClasses":{"create":false}`))
-		waitRealNode(t, "rdma/hca on "+n.Name+" (the kubelet's device manager)", time.Minute, func() (bool, string) {
-			no, err := cp.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		start := time.Now()
+		w.release = "rdma-legacy"
+		w.objs = installDriver(w.ctx, t, w.cp, w.n, w.dir, w.release, w.values(`,"sharing":"shared","legacy":{"route":"device-plugin"},"deviceClasses":{"create":false}`))
+		waitRealNode(t, "rdma/hca on "+w.n.Name+" (the kubelet's device manager)", time.Minute, func() (bool, string) {
+			no, err := w.cp.Client.CoreV1().Nodes().Get(w.ctx, w.n.Name, metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
 			}
 			q := no.Status.Allocatable["rdma/hca"]
 			return q.Value() > 0, fmt.Sprintf("allocatable %v", no.Status.Allocatable)
 		})
-		applyPulling(ctx, t, cp, dir, "demo/specs/20-job-legacy.yaml")
-		pod := waitJobPod(ctx, t, cp, "hps-benchmark-legacy")
-		out := realPodLogs(ctx, t, cp, pod.Name, "hps-benchmark")
+		applyPulling(w.ctx, t, w.cp, w.dir, "demo/specs/20-job-legacy.yaml")
+		pod := waitJobPod(w.ctx, t, w.cp, "hps-benchmark-legacy")
+		out := realPodLogs(w.ctx, t, w.cp, pod.Name, "hps-benchmark")
 		t.Logf("hps-benchmark-legacy's log (pods/log from the kubelet):\n%s", out)
-		want := []string{"rdma_cm"}
-		for _, h := range devices {
-			want = append(want, h.Uverbs.Name)
+		check(t, out)
+		if pod.Status.ExtendedResourceClaimStatus != nil {
+			t.Errorf("the device-plugin route's pod has an extendedResourceClaimStatus %+v: served by DRA, not the device manager", pod.Status.ExtendedResourceClaimStatus)
 		}
-		got := infinibandListing(out)
-		sort.Strings(got)
-		sort.Strings(want)
-		if strings.Join(got, " ") != strings.Join(want, " ") {
-			t.Errorf("/dev/infiniband in the rdma/hca container = %v, want every HCA: %v", got, want)
-		}
+		t.Logf("legacy-device-plugin: %s", time.Since(start).Round(100*time.Millisecond))
 	})
 }
 

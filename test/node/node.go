@@ -632,6 +632,19 @@ func (n *Node) Ctr(ctx context.Context, args ...string) (string, error) {
 	return string(out), nil
 }
 
+// Dial connects, over TCP, to addr as seen from inside the node's network
+// namespace (a pod's IP, a hostNetwork port); an http.Transport can use it
+// as its DialContext.
+func (n *Node) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if network != "tcp" && network != "tcp4" {
+		return nil, fmt.Errorf("node %s: dial %s %s: only tcp", n.Name, network, addr)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return n.netns.dial(addr)
+}
+
 // ImportImage imports an OCI image tarball (and unpacks it for the CRI).
 func (n *Node) ImportImage(ctx context.Context, tarball string) error {
 	_, err := n.Ctr(ctx, "images", "import", tarball)

@@ -1,0 +1,616 @@
+package e2e
+
+// The end-to-end scenarios on a real node (see realworld_test.go): one
+// node and one driver install (exclusive sharing) for all of them, each
+// scenario a subtest that leaves no pod, claim, checkpoint entry or CDI
+// spec behind (reset checks that).
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+)
+
+func TestRealNodeScenarios(t *testing.T) {
+	w := newRealWorld(t)
+	nodeObj, err := w.cp.Client.CoreV1().Nodes().Get(w.ctx, w.n.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := nodeObj.Status.NodeInfo
+	t.Logf("node %s: kubelet %s, runtime %s, kernel %s", w.n.Name, info.KubeletVersion, info.ContainerRuntimeVersion, info.KernelVersion)
+	if info.KubeletVersion != "v1.37.2" || info.ContainerRuntimeVersion != "containerd://2.4.2" {
+		t.Errorf("node reports kubelet %q and runtime %q, want v1.37.2 and containerd://2.4.2", info.KubeletVersion, info.ContainerRuntimeVersion)
+	}
+	w.install(t, "rdma", "")
+
+	scenario := func(name string, f func(t *testing.T)) {
+		t.Run(name, func(t *testing.T) {
+			start := time.Now()
+			defer func() {
+				w.reset(t)
+				t.Logf("%s: %s", name, time.Since(start).Round(100*time.Millisecond))
+			}()
+			f(t)
+		})
+	}
+	scenario("seed-job-for-DRA", w.seedJobDRA)
+	scenario("pcie-root-pair", w.pcieRootPair)
+	scenario("hostNetwork-refusal", w.hostNetworkRefusal)
+	scenario("eight-then-nine", w.eightThenNine)
+	scenario("container-restart", w.containerRestart)
+	scenario("kubelet-restart", w.kubeletRestart)
+	scenario("containerd-restart", w.containerdRestart)
+	scenario("driver-SIGKILL", w.driverSIGKILL)
+	scenario("rolling-update", w.rollingUpdate)
+	scenario("port-down", w.portDown) // last: it takes seven ports down
+}
+
+// The seed's Job, rewritten for DRA: its container sees rdma_cm and exactly
+// its claim's uverbsN, with IPC_LOCK.
+func (w *realWorld) seedJobDRA(t *testing.T) {
+	applyPulling(w.ctx, t, w.cp, w.dir, "demo/specs/10-job-dra.yaml")
+	pod := waitJobPod(w.ctx, t, w.cp, "hps-benchmark")
+	out := realPodLogs(w.ctx, t, w.cp, pod.Name, "hps-benchmark")
+	t.Logf("hps-benchmark's log (pods/log from the kubelet):\n%s", out)
+	allocated := w.claims.devices(pod.Name)
+	if len(allocated) != 1 || w.devices[allocated[0]].Uverbs == nil {
+		t.Fatalf("the claim of pod %s got devices %v, want one HCA (recorded: %v)", pod.Name, allocated, w.claims.all())
+	}
+	want := []string{"rdma_cm", w.devices[allocated[0]].Uverbs.Name}
+	if got := infinibandListing(out); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("/dev/infiniband in the container = %v, want %v (claim's device %s)", got, want, allocated[0])
+	}
+	if capEff(t, out)&(1<<14) == 0 {
+		t.Errorf("IPC_LOCK missing from CapEff:\n%s", out)
+	}
+}
+
+// Two HCAs on one PCIe root (matchAttribute resource.kubernetes.io/pcieRoot):
+// the container sees both.
+func (w *realWorld) pcieRootPair(t *testing.T) {
+	applyPulling(w.ctx, t, w.cp, w.dir, "demo/specs/30-claim-pcie-pair.yaml")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "pair", Namespace: "default"},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, HostNetwork: true, TerminationGracePeriodSeconds: ptr(int64(1)),
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "hcas", ResourceClaimName: ptr("hca-pair")}},
+			Containers: []corev1.Container{{Name: "c", Image: "busybox", ImagePullPolicy: corev1.PullNever, Command: []string{"sh", "-c", tickScript},
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "hcas"}}}}}},
+	}
+	if _, err := w.cp.Client.CoreV1().Pods("default").Create(w.ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitPhase(t, corev1.PodRunning, "pair")
+	_, devs := w.claimOf(t, "pair") // allocated while its pod runs
+	roots := w.pcieRoots(t)
+	if len(devs) != 2 || devs[0] == devs[1] || roots[devs[0]] == "" || roots[devs[0]] != roots[devs[1]] {
+		t.Fatalf("pair = %v (roots %v), want two IB HCAs on one PCIe root", devs, roots)
+	}
+	t.Logf("hca-pair: %v on %s", devs, roots[devs[0]])
+	if got := w.waitTicks(t, "pair", 0)[0].devs; got != w.uverbsOf(devs...) {
+		t.Errorf("pair container sees %q, want %q", got, w.uverbsOf(devs...))
+	}
+}
+
+// pcieRoots maps each published device to its pcieRoot attribute.
+func (w *realWorld) pcieRoots(t *testing.T) map[string]string {
+	t.Helper()
+	l, err := w.cp.Client.ResourceV1().ResourceSlices().List(w.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := map[string]string{}
+	for _, s := range l.Items {
+		for _, d := range s.Spec.Devices {
+			if a, ok := d.Attributes["resource.kubernetes.io/pcieRoot"]; ok && a.StringValue != nil {
+				roots[d.Name] = *a.StringValue
+			}
+		}
+	}
+	return roots
+}
+
+// A pod off the host network is refused at prepare (allowNonHostNetwork is
+// false): the real kubelet's event names the switch, the pod stays Pending
+// and its container never starts.
+func (w *realWorld) hostNetworkRefusal(t *testing.T) {
+	w.realClaimPod(t, "podnet", false, "ls /dev/infiniband")
+	var msg string
+	waitRealNode(t, "the kubelet's event for the refused prepare", time.Minute, func() (bool, string) {
+		evs, err := w.cp.Client.CoreV1().Events("default").List(w.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=podnet"})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range evs.Items {
+			if e.Type == corev1.EventTypeWarning && e.Source.Component == "kubelet" && strings.Contains(e.Message, "does not use hostNetwork") && strings.Contains(e.Message, "--allow-non-host-network") {
+				msg = e.Reason + ": " + e.Message
+				return true, ""
+			}
+		}
+		return false, w.events("podnet")
+	})
+	t.Logf("the kubelet's event: %s", msg)
+	p := w.pod(t, "podnet")
+	if p.Status.Phase != corev1.PodPending || len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Waiting == nil {
+		t.Errorf("refused pod: phase %s, containers %+v; want Pending, never started", p.Status.Phase, p.Status.ContainerStatuses)
+	}
+}
+
+// Eight pods get the eight IB HCAs, one each; a ninth is found
+// unschedulable by the scheduler and runs, on the freed HCA, once one of
+// the eight is deleted.
+func (w *realWorld) eightThenNine(t *testing.T) {
+	var names []string
+	for i := range 8 {
+		names = append(names, fmt.Sprintf("p%d", i))
+		w.realClaimPod(t, names[i], true, tickScript)
+	}
+	w.waitPhase(t, corev1.PodRunning, names...)
+	w.realClaimPod(t, "p8", true, tickScript)
+	waitRealNode(t, "the ninth pod to be found unschedulable", time.Minute, func() (bool, string) {
+		p := w.pod(t, "p8")
+		if p.Spec.NodeName != "" {
+			t.Fatalf("ninth pod placed on %q while eight HCAs are taken", p.Spec.NodeName)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				t.Logf("p8: %s: %s", c.Reason, c.Message)
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("conditions %+v", p.Status.Conditions)
+	})
+	seen := map[string]string{} // device -> pod
+	for _, name := range names {
+		_, devs := w.claimOf(t, name)
+		if len(devs) != 1 {
+			t.Fatalf("%s got %v, want one HCA", name, devs)
+		}
+		if other, dup := seen[devs[0]]; dup {
+			t.Errorf("%s allocated to %s and %s", devs[0], other, name)
+		}
+		seen[devs[0]] = name
+		if got := w.waitTicks(t, name, 0)[0].devs; got != w.uverbsOf(devs[0]) {
+			t.Errorf("%s sees %q, want its claim's %s: %q", name, got, devs[0], w.uverbsOf(devs[0]))
+		}
+	}
+	if got := slices.Sorted(maps.Keys(seen)); !slices.Equal(got, w.ibDevices()) {
+		t.Errorf("allocated %v, want the eight IB HCAs %v", got, w.ibDevices())
+	}
+	_, freed := w.claimOf(t, "p3")
+	if err := w.cp.Client.CoreV1().Pods("default").Delete(w.ctx, "p3", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitPhase(t, corev1.PodRunning, "p8")
+	if got := w.waitTicks(t, "p8", 0)[0].devs; got != w.uverbsOf(freed...) {
+		t.Errorf("p8 sees %q, want p3's freed %v: %q", got, freed, w.uverbsOf(freed...))
+	}
+}
+
+func (w *realWorld) ibDevices() []string {
+	var out []string
+	for name, h := range w.devices {
+		if len(h.Ports) > 0 && h.Ports[0].LinkLayer == hca.LinkLayerInfiniBand {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// A container that exits non-zero is restarted by the kubelet (OnFailure)
+// in the same sandbox: the new container gets the claim's HCA again (its
+// CDI devices from the kubelet's prepared-claim cache), with no new prepare.
+func (w *realWorld) containerRestart(t *testing.T) {
+	script := `if [ -e /m/ran ]; then ` + tickScript + `; fi; echo "tick 1: $(ls /dev/infiniband | tr '\n' ' ')"; touch /m/ran; exit 3`
+	w.realClaimPod(t, "crash", true, script, func(p *corev1.Pod) {
+		p.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+		p.Spec.Volumes = []corev1.Volume{{Name: "m", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "m", MountPath: "/m"}}
+	})
+	driver := w.driverPod(t)
+	var restarts int32
+	waitRealNode(t, "the crashed container to run again", 2*time.Minute, func() (bool, string) {
+		p := w.pod(t, "crash")
+		if len(p.Status.ContainerStatuses) == 0 {
+			return false, "no container status"
+		}
+		cs := p.Status.ContainerStatuses[0]
+		restarts = cs.RestartCount
+		return cs.RestartCount >= 1 && cs.State.Running != nil, fmt.Sprintf("%+v", cs)
+	})
+	uid, devs := w.claimOf(t, "crash")
+	want := w.uverbsOf(devs...)
+	prev := ticks(w.logs(t, "crash", true))
+	cur := w.waitTicks(t, "crash", 1)
+	t.Logf("restarts %d; the exited container saw %v, the new one %v", restarts, prev, cur[0])
+	if len(prev) != 1 || prev[0].devs != want {
+		t.Errorf("the exited container's log: %v, want one tick with %q", prev, want)
+	}
+	for _, tk := range cur {
+		if tk.devs != want {
+			t.Errorf("the restarted container sees %q at tick %d, want %q", tk.devs, tk.n, want)
+		}
+	}
+	w.checkPrepared(t, []string{uid})
+	t.Logf("driver: prepared %v, errors %v (the restart needs no prepare)", w.metric(t, driver, prepareOK), w.metric(t, driver, prepareErr))
+}
+
+// longPods starts n pods running tickScript (restartPolicy Always) and
+// returns their names, claim UIDs and what each saw first.
+func (w *realWorld) longPods(t *testing.T, prefix string, n int) (names, uids []string, want map[string]string) {
+	t.Helper()
+	want = map[string]string{}
+	for i := range n {
+		names = append(names, fmt.Sprintf("%s%d", prefix, i))
+		w.realClaimPod(t, names[i], true, tickScript, func(p *corev1.Pod) { p.Spec.RestartPolicy = corev1.RestartPolicyAlways })
+	}
+	w.waitPhase(t, corev1.PodRunning, names...)
+	for _, name := range names {
+		uid, devs := w.claimOf(t, name)
+		uids = append(uids, uid)
+		want[name] = w.uverbsOf(devs...)
+		if got := w.waitTicks(t, name, 0)[0].devs; got != want[name] {
+			t.Fatalf("%s sees %q, want %q", name, got, want[name])
+		}
+	}
+	return names, uids, want
+}
+
+// containerIDs are the pods' current container IDs.
+func (w *realWorld) containerIDs(t *testing.T, names []string) map[string]string {
+	t.Helper()
+	ids := map[string]string{}
+	for _, name := range names {
+		p := w.pod(t, name)
+		if len(p.Status.ContainerStatuses) == 1 {
+			ids[name] = p.Status.ContainerStatuses[0].ContainerID
+		}
+	}
+	return ids
+}
+
+// keepSeeing checks that each pod's container is the one it was (ids) and
+// that its log, past tick after[name]+2, never listed other devices.
+func (w *realWorld) keepSeeing(t *testing.T, names []string, ids map[string]string, after map[string]int, want map[string]string) {
+	t.Helper()
+	for _, name := range names {
+		got := w.waitTicks(t, name, after[name]+2)
+		for _, tk := range got {
+			if tk.devs != want[name] {
+				t.Errorf("%s sees %q at tick %d, want %q", name, tk.devs, tk.n, want[name])
+			}
+		}
+		t.Logf("%s: ticks %d..%d, all %q", name, got[0].n, got[len(got)-1].n, want[name])
+	}
+	if now := w.containerIDs(t, names); !maps.Equal(now, ids) {
+		t.Errorf("containers now %v, were %v: restarted", now, ids)
+	}
+}
+
+func (w *realWorld) lastTicks(t *testing.T, names []string) map[string]int {
+	t.Helper()
+	last := map[string]int{}
+	for _, name := range names {
+		tk := ticks(w.logs(t, name, false))
+		last[name] = tk[len(tk)-1].n
+	}
+	return last
+}
+
+// The kubelet restarts while two pods run: their containers stay, still
+// seeing their HCAs; the driver's checkpoint and CDI specs are unchanged.
+// Kubelet v1.37.2 does not call NodePrepareResources for a running pod
+// after its restart (it prepares only when it creates a sandbox,
+// kuberuntime_manager.go; its claim cache comes back from its own
+// checkpoint with every claim marked unprepared). So the repeat prepare is
+// driven here: the first pod's sandbox is killed, the kubelet creates a new
+// one and prepares the claim again; the driver answers the repeat
+// (idempotent, from its checkpoint) and the new container sees the same HCA.
+func (w *realWorld) kubeletRestart(t *testing.T) {
+	names, uids, want := w.longPods(t, "kr", 2)
+	driver := w.driverPod(t)
+	ok0, err0 := w.metric(t, driver, prepareOK), w.metric(t, driver, prepareErr)
+	ids := w.containerIDs(t, names)
+	after := w.lastTicks(t, names)
+	w.checkPrepared(t, uids)
+
+	w.n.StopKubelet()
+	if err := w.n.StartKubelet(w.ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.keepSeeing(t, names, ids, after, want)
+	w.checkPrepared(t, uids)
+	ok1, err1 := w.metric(t, driver, prepareOK), w.metric(t, driver, prepareErr)
+	t.Logf("driver prepares across the kubelet restart: success %v -> %v, error %v -> %v", ok0, ok1, err0, err1)
+	if err1 != err0 {
+		t.Errorf("failed prepares after the kubelet restart: %v -> %v\n%s", err0, err1, w.driverLog(false))
+	}
+	if d := w.driverPod(t); d.UID != driver.UID || d.Status.ContainerStatuses[0].RestartCount != driver.Status.ContainerStatuses[0].RestartCount {
+		t.Errorf("driver pod %s restarts %d, was %s restarts %d", d.UID, d.Status.ContainerStatuses[0].RestartCount, driver.UID, driver.Status.ContainerStatuses[0].RestartCount)
+	}
+
+	// A new sandbox after the restart: the kubelet prepares kr0's claim again.
+	sandbox := w.sandboxOf(t, ids["kr0"])
+	sigkill(t, w.taskPid(t, sandbox))
+	waitRealNode(t, "kr0 to run in a new sandbox", 2*time.Minute, func() (bool, string) {
+		p := w.pod(t, "kr0")
+		cs := p.Status.ContainerStatuses
+		return len(cs) == 1 && cs[0].ContainerID != ids["kr0"] && cs[0].State.Running != nil, fmt.Sprintf("%+v", cs)
+	})
+	waitRealNode(t, "the driver to answer the kubelet's repeat NodePrepareResources", time.Minute, func() (bool, string) {
+		ok := w.metric(t, driver, prepareOK)
+		return ok >= ok1+1, fmt.Sprintf("success %v (was %v), error %v", ok, ok1, w.metric(t, driver, prepareErr))
+	})
+	if e := w.metric(t, driver, prepareErr); e != err0 {
+		t.Errorf("failed prepares: %v, were %v", e, err0)
+	}
+	for _, tk := range w.waitTicks(t, "kr0", 1) {
+		if tk.devs != want["kr0"] {
+			t.Errorf("kr0's new container sees %q at tick %d, want %q", tk.devs, tk.n, want["kr0"])
+		}
+	}
+	w.checkPrepared(t, uids)
+	t.Logf("the repeat prepare after the new sandbox: success %v -> %v", ok1, w.metric(t, driver, prepareOK))
+}
+
+// sandboxOf is the pod sandbox of a container (containerd's annotation).
+func (w *realWorld) sandboxOf(t *testing.T, containerID string) string {
+	t.Helper()
+	out, err := w.n.Ctr(w.ctx, "containers", "info", strings.TrimPrefix(containerID, "containerd://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Spec struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"Spec"`
+	}
+	if i := strings.IndexByte(out, '{'); i > 0 {
+		out = out[i:] // after ctr's warnings
+	}
+	if err := json.Unmarshal([]byte(out), &info); err != nil {
+		t.Fatalf("ctr containers info: %v\n%s", err, out)
+	}
+	id := info.Spec.Annotations["io.kubernetes.cri.sandbox-id"]
+	if id == "" {
+		t.Fatalf("no sandbox id in the annotations %v", info.Spec.Annotations)
+	}
+	return id
+}
+
+// containerd restarts while a pod runs: its container (in its shim) stays,
+// still seeing its HCA; nothing is re-prepared or leaked.
+func (w *realWorld) containerdRestart(t *testing.T) {
+	names, uids, want := w.longPods(t, "cr", 2)
+	driver := w.driverPod(t)
+	ok0, err0 := w.metric(t, driver, prepareOK), w.metric(t, driver, prepareErr)
+	ids := w.containerIDs(t, names)
+	after := w.lastTicks(t, names)
+
+	w.n.StopContainerd()
+	if err := w.n.StartContainerd(w.ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.keepSeeing(t, names, ids, after, want)
+	w.checkPrepared(t, uids)
+	ok1, err1 := w.metric(t, driver, prepareOK), w.metric(t, driver, prepareErr)
+	t.Logf("driver prepares across the containerd restart: success %v -> %v, error %v -> %v", ok0, ok1, err0, err1)
+	if err1 != err0 {
+		t.Errorf("failed prepares after the containerd restart: %v -> %v", err0, err1)
+	}
+	if d := w.driverPod(t); d.UID != driver.UID || d.Status.ContainerStatuses[0].RestartCount != driver.Status.ContainerStatuses[0].RestartCount {
+		t.Errorf("driver pod restarted across the containerd restart")
+	}
+	// New work after the restart.
+	w.realClaimPod(t, "cr-after", true, "ls /dev/infiniband")
+	w.waitPhase(t, corev1.PodSucceeded, "cr-after")
+	devs := w.doneDevices(t, "cr-after")
+	if got := strings.Join(infinibandListing(w.logs(t, "cr-after", false)), " "); got != w.uverbsOf(devs...) {
+		t.Errorf("cr-after sees %q, want %q", got, w.uverbsOf(devs...))
+	}
+}
+
+// The driver's container is SIGKILLed while four pods run; the kubelet
+// restarts it. The running pods keep their HCAs, the checkpoint still holds
+// their claims, four more pods get the four other HCAs (no HCA twice), and
+// everything is unprepared in the end (reset).
+func (w *realWorld) driverSIGKILL(t *testing.T) {
+	names, uids, want := w.longPods(t, "k", 4)
+	ids := w.containerIDs(t, names)
+	after := w.lastTicks(t, names)
+	driver := w.driverPod(t)
+	restarts := driver.Status.ContainerStatuses[0].RestartCount
+	pid := w.taskPid(t, driver.Status.ContainerStatuses[0].ContainerID)
+	sigkill(t, pid)
+	t.Logf("SIGKILLed the driver (pid %d on the node)", pid)
+	waitRealNode(t, "the kubelet to restart the driver", 2*time.Minute, func() (bool, string) {
+		p := w.driverPod(t)
+		cs := p.Status.ContainerStatuses
+		return p.UID == driver.UID && len(cs) == 1 && cs[0].RestartCount > restarts && ready(&p), fmt.Sprintf("%+v", cs)
+	})
+	w.checkPrepared(t, uids)
+	w.keepSeeing(t, names, ids, after, want)
+
+	var more []string
+	for i := 4; i < 8; i++ {
+		more = append(more, fmt.Sprintf("k%d", i))
+		w.realClaimPod(t, more[i-4], true, tickScript)
+	}
+	w.waitPhase(t, corev1.PodRunning, more...)
+	seen := map[string]string{}
+	for _, name := range append(slices.Clone(names), more...) {
+		got := w.waitTicks(t, name, 0)[0].devs
+		if other, dup := seen[got]; dup {
+			t.Errorf("%q seen by %s and %s while both run", got, other, name)
+		}
+		seen[got] = name
+		if len(strings.Fields(got)) != 2 {
+			t.Errorf("%s sees %q, want rdma_cm and one uverbs", name, got)
+		}
+	}
+	var all []string
+	for _, name := range more {
+		uid, _ := w.claimOf(t, name)
+		all = append(all, uid)
+	}
+	w.checkPrepared(t, append(all, uids...))
+}
+
+// A rolling update of the DaemonSet (a changed pod template, the chart's
+// maxSurge 1): the new daemon starts beside the old one, the old one goes.
+// Pods prepared by the old daemon keep their HCAs; the new daemon prepares
+// new claims and unprepares the old daemon's (one checkpoint).
+func (w *realWorld) rollingUpdate(t *testing.T) {
+	names, uids, want := w.longPods(t, "r", 2)
+	ids := w.containerIDs(t, names)
+	after := w.lastTicks(t, names)
+	old := w.driverPod(t)
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"e2e.rdma.dra.dev/rollout":%q}}}}}`, time.Now().Format(time.RFC3339Nano))
+	if _, err := w.cp.Client.AppsV1().DaemonSets("rdma-system").Patch(w.ctx, w.release+"-node", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sawBoth := false
+	waitRealNode(t, "the new driver pod Ready and the old one gone", 3*time.Minute, func() (bool, string) {
+		l, err := w.cp.Client.CoreV1().Pods("rdma-system").List(w.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + w.release})
+		if err != nil {
+			return false, err.Error()
+		}
+		var st []string
+		readyNew, oldLeft := false, false
+		for _, p := range l.Items {
+			if p.UID == old.UID {
+				oldLeft = true
+			} else if ready(&p) {
+				readyNew = true
+			}
+			st = append(st, fmt.Sprintf("%s %s ready %v", p.Name, p.Status.Phase, ready(&p)))
+		}
+		if readyNew && oldLeft {
+			sawBoth = true
+		}
+		return readyNew && !oldLeft, strings.Join(st, "; ")
+	})
+	t.Logf("rolling update: the new daemon was Ready beside the old one: %v", sawBoth)
+	if !sawBoth {
+		t.Errorf("the old driver pod went before the new one was Ready (maxSurge 1, maxUnavailable 0)")
+	}
+	driver := w.driverPod(t)
+	w.keepSeeing(t, names, ids, after, want)
+	w.checkPrepared(t, uids)
+
+	w.realClaimPod(t, "r-new", true, tickScript)
+	w.waitPhase(t, corev1.PodRunning, "r-new")
+	newUID, devs := w.claimOf(t, "r-new")
+	if got := w.waitTicks(t, "r-new", 0)[0].devs; got != w.uverbsOf(devs...) || got == want["r0"] || got == want["r1"] {
+		t.Errorf("r-new sees %q, want its own %q (r0 %q, r1 %q)", got, w.uverbsOf(devs...), want["r0"], want["r1"])
+	}
+	if ok := w.metric(t, driver, prepareOK); ok != 1 {
+		t.Errorf("the new daemon prepared %v claims, want r-new's 1", ok)
+	}
+	// r0 was prepared by the old daemon; the new one unprepares it.
+	if err := w.cp.Client.CoreV1().Pods("default").Delete(w.ctx, "r0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRealNode(t, "r0's claim unprepared by the new daemon", time.Minute, func() (bool, string) {
+		_, held := w.checkpoint(t).Claims[uids[0]]
+		return !held && w.metric(t, driver, unprepareOK) >= 1, fmt.Sprintf("in the checkpoint %v, unprepared %v", held, w.metric(t, driver, unprepareOK))
+	})
+	w.checkPrepared(t, []string{uids[1], newUID})
+}
+
+// Seven of the eight IB ports go DOWN (the simulator's sysfs): the driver
+// taints those devices, a new claim lands on the one healthy IB HCA, and the
+// running pod's allocatedResourcesStatus, filled by the real kubelet from
+// the driver's health stream, goes Healthy -> Unhealthy naming the port.
+func (w *realWorld) portDown(t *testing.T) {
+	w.realClaimPod(t, "victim", true, tickScript)
+	w.waitPhase(t, corev1.PodRunning, "victim")
+	_, vdevs := w.claimOf(t, "victim")
+	victim := vdevs[0]
+	var keep string
+	var down []string
+	for _, d := range w.ibDevices() {
+		if keep == "" && d != victim {
+			keep = d
+		} else {
+			down = append(down, d)
+		}
+	}
+	waitRealNode(t, "the victim's status to show its HCA Healthy", time.Minute, func() (bool, string) {
+		h, msg := w.podHealth(t, "victim")
+		return h == corev1.ResourceHealthStatusHealthy, fmt.Sprintf("%s %q; status %+v", h, msg, w.pod(t, "victim").Status.ContainerStatuses)
+	})
+	t.Cleanup(func() {
+		for _, d := range down {
+			_ = w.sim.SetPortState(w.devices[d].Name, 1, "4: ACTIVE", "5: LinkUp")
+		}
+	})
+	for _, d := range down {
+		if err := w.sim.SetPortState(w.devices[d].Name, 1, "1: DOWN", "2: Polling"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitRealNode(t, "seven tainted devices", time.Minute, func() (bool, string) {
+		var tainted []string
+		l, err := w.cp.Client.ResourceV1().ResourceSlices().List(w.ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, s := range l.Items {
+			for _, d := range s.Spec.Devices {
+				if len(d.Taints) > 0 && d.Taints[0].Key == "rdma.dra.dev/port-down" {
+					tainted = append(tainted, d.Name)
+				}
+			}
+		}
+		slices.Sort(tainted)
+		return slices.Equal(tainted, down), fmt.Sprintf("tainted %v, want %v", tainted, down)
+	})
+	wantMsg := w.devices[victim].Name + ": port 1 is DOWN (Polling)"
+	waitRealNode(t, "the victim's status to show its HCA Unhealthy", time.Minute, func() (bool, string) {
+		h, msg := w.podHealth(t, "victim")
+		return h == corev1.ResourceHealthStatusUnhealthy && msg == wantMsg, fmt.Sprintf("%s %q, want Unhealthy %q", h, msg, wantMsg)
+	})
+	w.realClaimPod(t, "healthy", true, "ls /dev/infiniband")
+	w.waitPhase(t, corev1.PodSucceeded, "healthy")
+	if got := strings.Join(infinibandListing(w.logs(t, "healthy", false)), " "); got != w.uverbsOf(keep) {
+		t.Errorf("the new pod sees %q, want the one healthy IB HCA %s: %q", got, keep, w.uverbsOf(keep))
+	}
+	// The victim keeps its HCA.
+	for _, tk := range w.waitTicks(t, "victim", 1) {
+		if tk.devs != w.uverbsOf(victim) {
+			t.Errorf("victim sees %q at tick %d, want %q", tk.devs, tk.n, w.uverbsOf(victim))
+		}
+	}
+}
+
+// podHealth is the health and message of the devices of the pod's claim
+// "rdma" in its container's allocatedResourcesStatus (the kubelet's).
+func (w *realWorld) podHealth(t *testing.T, name string) (corev1.ResourceHealthStatus, string) {
+	p := w.pod(t, name)
+	if len(p.Status.ContainerStatuses) == 0 {
+		return "", "no container status"
+	}
+	for _, rs := range p.Status.ContainerStatuses[0].AllocatedResourcesStatus {
+		if rs.Name != "claim:rdma" || len(rs.Resources) == 0 {
+			continue
+		}
+		msg := ""
+		if m := rs.Resources[0].Message; m != nil {
+			msg = *m
+		}
+		return rs.Resources[0].Health, msg
+	}
+	return "", fmt.Sprintf("no claim:rdma entry in %+v", p.Status.ContainerStatuses[0].AllocatedResourcesStatus)
+}
