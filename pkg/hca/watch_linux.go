@@ -41,7 +41,7 @@ func newPortWatch() *portWatch { return &portWatch{devs: map[string]*watchedDev{
 // portStates is Discoverer.PortStates on held files, unless reads go
 // through a WithReadFile hook.
 func (d *Discoverer) portStates() (map[string]string, bool, error) {
-	if d.hooked {
+	if d.hooked || d.watch == nil {
 		return nil, false, nil
 	}
 	m, err := d.watch.portStates(d.sysfsRoot)
