@@ -213,12 +213,13 @@ func (w *realWorld) ibDevices() []string {
 // CDI devices from the kubelet's prepared-claim cache), with no new prepare.
 func (w *realWorld) containerRestart(t *testing.T) {
 	script := `if [ -e /m/ran ]; then ` + tickScript + `; fi; echo "tick 1: $(ls /dev/infiniband | tr '\n' ' ')"; touch /m/ran; exit 3`
+	driver := w.driverPod(t)
+	ok0 := w.metric(t, driver, prepareOK)
 	w.realClaimPod(t, "crash", true, script, func(p *corev1.Pod) {
 		p.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
 		p.Spec.Volumes = []corev1.Volume{{Name: "m", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "m", MountPath: "/m"}}
 	})
-	driver := w.driverPod(t)
 	var restarts int32
 	waitRealNode(t, "the crashed container to run again", 2*time.Minute, func() (bool, string) {
 		p := w.pod(t, "crash")
@@ -243,7 +244,11 @@ func (w *realWorld) containerRestart(t *testing.T) {
 		}
 	}
 	w.checkPrepared(t, []string{uid})
-	t.Logf("driver: prepared %v, errors %v (the restart needs no prepare)", w.metric(t, driver, prepareOK), w.metric(t, driver, prepareErr))
+	// One prepare, when the pod's sandbox was made; the restarted container
+	// gets its CDI devices from the kubelet's prepared claim.
+	if ok := w.metric(t, driver, prepareOK); ok != ok0+1 {
+		t.Errorf("the driver prepared %v claims for the pod and its restarted container, want 1", ok-ok0)
+	}
 }
 
 // longPods starts n pods running tickScript (restartPolicy Always) and
@@ -476,11 +481,31 @@ func (w *realWorld) rollingUpdate(t *testing.T) {
 	ids := w.containerIDs(t, names)
 	after := w.lastTicks(t, names)
 	old := w.driverPod(t)
+	// The old pod's deletion (by the DaemonSet controller), from a watch:
+	// the pod may be gone between two polls.
+	wch, err := w.cp.Client.CoreV1().Pods("rdma-system").Watch(w.ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + old.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wch.Stop()
+	deleted := make(chan metav1.Time, 1)
+	go func() {
+		for ev := range wch.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && p.DeletionTimestamp != nil {
+				// DeletionTimestamp is the deletion's time plus the grace period.
+				at := p.DeletionTimestamp.Time
+				if g := p.DeletionGracePeriodSeconds; g != nil {
+					at = at.Add(-time.Duration(*g) * time.Second)
+				}
+				deleted <- metav1.NewTime(at)
+				return
+			}
+		}
+	}()
 	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"e2e.rdma.dra.dev/rollout":%q}}}}}`, time.Now().Format(time.RFC3339Nano))
 	if _, err := w.cp.Client.AppsV1().DaemonSets("rdma-system").Patch(w.ctx, w.release+"-node", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	sawBoth := false
 	waitRealNode(t, "the new driver pod Ready and the old one gone", 3*time.Minute, func() (bool, string) {
 		l, err := w.cp.Client.CoreV1().Pods("rdma-system").List(w.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + w.release})
 		if err != nil {
@@ -496,16 +521,24 @@ func (w *realWorld) rollingUpdate(t *testing.T) {
 			}
 			st = append(st, fmt.Sprintf("%s %s ready %v", p.Name, p.Status.Phase, ready(&p)))
 		}
-		if readyNew && oldLeft {
-			sawBoth = true
-		}
 		return readyNew && !oldLeft, strings.Join(st, "; ")
 	})
-	t.Logf("rolling update: the new daemon was Ready beside the old one: %v", sawBoth)
-	if !sawBoth {
-		t.Errorf("the old driver pod went before the new one was Ready (maxSurge 1, maxUnavailable 0)")
-	}
 	driver := w.driverPod(t)
+	var readyAt metav1.Time
+	for _, c := range driver.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			readyAt = c.LastTransitionTime
+		}
+	}
+	select {
+	case del := <-deleted:
+		t.Logf("rolling update: new pod %s Ready at %s, old pod %s deleted at %s", driver.Name, readyAt.UTC().Format(time.TimeOnly), old.Name, del.UTC().Format(time.TimeOnly))
+		if del.Before(&readyAt) {
+			t.Errorf("the old driver pod was deleted before the new one was Ready (maxSurge 1, maxUnavailable 0)")
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("no deletion of the old driver pod %s seen", old.Name)
+	}
 	w.keepSeeing(t, names, ids, after, want)
 	w.checkPrepared(t, uids)
 
@@ -582,6 +615,7 @@ func (w *realWorld) portDown(t *testing.T) {
 		h, msg := w.podHealth(t, "victim")
 		return h == corev1.ResourceHealthStatusUnhealthy && msg == wantMsg, fmt.Sprintf("%s %q, want Unhealthy %q", h, msg, wantMsg)
 	})
+	t.Logf("victim's allocatedResourcesStatus: %+v", w.pod(t, "victim").Status.ContainerStatuses[0].AllocatedResourcesStatus)
 	w.realClaimPod(t, "healthy", true, "ls /dev/infiniband")
 	w.waitPhase(t, corev1.PodSucceeded, "healthy")
 	if got := strings.Join(infinibandListing(w.logs(t, "healthy", false)), " "); got != w.uverbsOf(keep) {

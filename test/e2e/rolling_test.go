@@ -18,7 +18,13 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
 )
 
-// TestRollingUpdateTwoDaemons: the chart's default update runs the new
+// TestRollingUpdateTwoDaemons: the test plays the kubelet, so it can do
+// what a real kubelet and scheduler never do: interleave prepares across
+// the two daemons and ask for an HCA already prepared for another claim.
+// The DaemonSet's real rolling update on a real node is in
+// realscenarios_test.go (rolling-update).
+//
+// The chart's default update runs the new
 // daemon beside the old one (--pod-uid, maxSurge 1) and the kubelet may
 // call either, in any order. Claims prepared through each end up in the
 // one checkpoint; after the old daemon stops, the new one refuses a second
