@@ -181,7 +181,8 @@ func buildPause(dir string) error {
 }
 
 // Check says why this machine cannot run a node (nil when it can): not
-// root, no runc, no nsenter/unshare, no go to build the binaries.
+// root, no runc, no nsenter/unshare/ip, no go to build the binaries, no
+// static busybox for the workload image.
 func Check() error {
 	if os.Geteuid() != 0 {
 		return errors.New("a real node needs root (mount namespaces, cgroups, runc)")
@@ -193,6 +194,10 @@ func Check() error {
 	}
 	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
 		return fmt.Errorf("a real node needs cgroups: %w", err)
+	}
+	// The workload image is made from the host's static busybox.
+	if _, err := busyboxImage(); err != nil {
+		return fmt.Errorf("a real node needs a static busybox: %w", err)
 	}
 	return nil
 }
