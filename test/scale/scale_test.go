@@ -74,6 +74,11 @@ var shapes = []shape{
 		Requests: []resourceapi.DeviceRequest{request("gpu", "gpu", 1), request("hca", "ib.rdma.dra.dev", 1)}}}},
 	{name: "two-baseline", claim: &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
 		Requests: []resourceapi.DeviceRequest{request("a", "baseline", 1), request("b", "baseline", 1)}}}},
+	// Diagnostic: one of our devices by a class that only compares the
+	// driver (as the baseline's does), to tell the selector's attribute
+	// lookups from the devices' size.
+	{name: "hca-driver-only", claim: &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+		Requests: []resourceapi.DeviceRequest{request("hca", "rdma-driver-only", 1)}}}},
 	{name: "eight-hcas", claim: &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
 		Requests: []resourceapi.DeviceRequest{request("hcas", "ib.rdma.dra.dev", 8)}}}},
 	{name: "rdma-hca-extended", extended: true},
@@ -147,7 +152,7 @@ func runScale(b *testing.B, nodes, pods int) {
 		filepath.Join(root, "deployments", "deviceclass-legacy.yaml")); err != nil {
 		b.Fatal(err)
 	}
-	for name, driver := range map[string]string{"gpu": gpuDriver, "baseline": baselineDriver} {
+	for name, driver := range map[string]string{"gpu": gpuDriver, "baseline": baselineDriver, "rdma-driver-only": "rdma.dra.dev"} {
 		class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourceapi.DeviceClassSpec{
 			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", driver)}}}}}
 		if _, err := c.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
