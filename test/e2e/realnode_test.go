@@ -10,9 +10,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -147,35 +144,13 @@ func uninstallDriver(ctx context.Context, t *testing.T, cp *cluster.ControlPlane
 // busybox imported (the specs use :latest, which would mean Always).
 func applyPulling(ctx context.Context, t *testing.T, cp *cluster.ControlPlane, dir, file string) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), file))
+	note, err := node.ApplySpec(ctx, cp, dir, file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	re := regexp.MustCompile(`(?m)^(\s*)image: (.*)$`)
-	patched := re.ReplaceAllString(string(b), "${1}image: $2\n${1}imagePullPolicy: IfNotPresent")
-	// runc cannot grant a capability outside its own bounding set: on a
-	// test machine without CAP_SYS_RESOURCE (a container), the seed's
-	// SYS_RESOURCE is dropped from the spec (IPC_LOCK stays and is checked).
-	if bnd, err := cluster.ParseCapMask(readStatus(t), "CapBnd"); err == nil && bnd&(1<<24) == 0 {
-		t.Logf("%s: this machine's capability bounding set lacks CAP_SYS_RESOURCE; removed from the containers' capabilities", file)
-		patched = regexp.MustCompile(`"SYS_RESOURCE",\s*`).ReplaceAllString(patched, "")
-		patched = regexp.MustCompile(`(?m)^\s*- SYS_RESOURCE\n`).ReplaceAllString(patched, "")
+	if note != "" {
+		t.Log(note)
 	}
-	out := filepath.Join(dir, filepath.Base(file))
-	if err := os.WriteFile(out, []byte(patched), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cluster.ApplyFiles(ctx, cp.Config, false, out); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func readStatus(t *testing.T) string {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // waitJobPod waits for the Job to complete and returns its pod.

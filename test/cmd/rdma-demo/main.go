@@ -234,24 +234,8 @@ func printSlices(ctx context.Context, cp *cluster.ControlPlane) {
 // the container would have run with (why says why it did not run).
 func showJob(ctx context.Context, cp *cluster.ControlPlane, agent *cluster.NodeAgent, allocs *allocations, name string, runnable bool, why string) error {
 	step("Job %s", name)
-	var pod corev1.Pod
-	if err := waitFor(ctx, "job "+name+" to finish", func() (bool, error) {
-		j, err := cp.Client.BatchV1().Jobs("default").Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, c := range j.Status.Conditions {
-			if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
-				pods, err := cp.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + name})
-				if err != nil || len(pods.Items) == 0 {
-					return false, err
-				}
-				pod = pods.Items[0]
-				return true, nil
-			}
-		}
-		return false, nil
-	}); err != nil {
+	pod, _, err := waitJob(ctx, cp, name)
+	if err != nil {
 		return err
 	}
 	fmt.Printf("pod %s: %s\n", pod.Name, pod.Status.Phase)
@@ -268,6 +252,34 @@ func showJob(ctx context.Context, cp *cluster.ControlPlane, agent *cluster.NodeA
 		fmt.Println("  " + l)
 	}
 	return nil
+}
+
+// waitJob waits for a Job to complete or fail and returns its pod and how
+// long it ran (from its status's second-granular times; 0 when unknown).
+func waitJob(ctx context.Context, cp *cluster.ControlPlane, name string) (corev1.Pod, time.Duration, error) {
+	var pod corev1.Pod
+	var took time.Duration
+	err := waitFor(ctx, "job "+name+" to finish", func() (bool, error) {
+		j, err := cp.Client.BatchV1().Jobs("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range j.Status.Conditions {
+			if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+				pods, err := cp.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + name})
+				if err != nil || len(pods.Items) == 0 {
+					return false, err
+				}
+				pod = pods.Items[0]
+				if st, done := j.Status.StartTime, j.Status.CompletionTime; st != nil && done != nil {
+					took = done.Sub(st.Time)
+				}
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return pod, took, err
 }
 
 // allocations remembers what the claims reserved for each pod were given:

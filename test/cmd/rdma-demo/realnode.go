@@ -10,12 +10,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"text/tabwriter"
-	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -106,8 +103,12 @@ func runRealNode(ctx context.Context, h *cluster.Harness, dir, preset string, ke
 	}
 	step("kubectl apply -f demo/specs/10-job-dra.yaml -f demo/specs/20-job-legacy.yaml")
 	for _, f := range []string{"10-job-dra.yaml", "20-job-legacy.yaml"} {
-		if err := applyNoPull(ctx, cp, dir, filepath.Join("demo", "specs", f)); err != nil {
+		note, err := node.ApplySpec(ctx, cp, dir, filepath.Join("demo", "specs", f))
+		if err != nil {
 			return err
+		}
+		if note != "" {
+			fmt.Println("  note: " + note)
 		}
 	}
 	for _, job := range []string{"hps-benchmark", "hps-benchmark-legacy"} {
@@ -163,57 +164,12 @@ func printDriverPods(ctx context.Context, cp *cluster.ControlPlane) {
 	tw.Flush()
 }
 
-// applyNoPull applies a spec of the repository with imagePullPolicy
-// IfNotPresent (the node has no registry; busybox is imported), and
-// without SYS_RESOURCE where this machine's capability bounding set lacks
-// it (runc cannot grant it; IPC_LOCK stays).
-func applyNoPull(ctx context.Context, cp *cluster.ControlPlane, dir, file string) error {
-	b, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), file))
-	if err != nil {
-		return err
-	}
-	s := regexp.MustCompile(`(?m)^(\s*)image: (.*)$`).ReplaceAllString(string(b), "${1}image: $2\n${1}imagePullPolicy: IfNotPresent")
-	if status, err := os.ReadFile("/proc/self/status"); err == nil {
-		if bnd, err := cluster.ParseCapMask(string(status), "CapBnd"); err == nil && bnd&(1<<24) == 0 {
-			fmt.Printf("  note: this machine's capability bounding set lacks CAP_SYS_RESOURCE: dropped from %s's containers\n", filepath.Base(file))
-			s = regexp.MustCompile(`"SYS_RESOURCE",\s*`).ReplaceAllString(s, "")
-			s = regexp.MustCompile(`(?m)^\s*- SYS_RESOURCE\n`).ReplaceAllString(s, "")
-		}
-	}
-	out := filepath.Join(dir, filepath.Base(file))
-	if err := os.WriteFile(out, []byte(s), 0o644); err != nil {
-		return err
-	}
-	_, err = cluster.ApplyFiles(ctx, cp.Config, false, out)
-	return err
-}
-
 // showRealJob waits for a Job, prints its claims' allocations and its
 // container's log as the kubelet serves it (kubectl logs).
 func showRealJob(ctx context.Context, cp *cluster.ControlPlane, allocs *allocations, name string) error {
 	step("Job %s", name)
-	var pod corev1.Pod
-	var took time.Duration
-	if err := waitFor(ctx, "job "+name+" to finish", func() (bool, error) {
-		j, err := cp.Client.BatchV1().Jobs("default").Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, c := range j.Status.Conditions {
-			if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
-				pods, err := cp.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + name})
-				if err != nil || len(pods.Items) == 0 {
-					return false, err
-				}
-				pod = pods.Items[0]
-				if st, done := j.Status.StartTime, j.Status.CompletionTime; st != nil && done != nil {
-					took = done.Sub(st.Time)
-				}
-				return true, nil
-			}
-		}
-		return false, nil
-	}); err != nil {
+	pod, took, err := waitJob(ctx, cp, name)
+	if err != nil {
 		return err
 	}
 	fmt.Printf("pod %s: %s (the Job ran %s, by its status's second-granular times)\n", pod.Name, pod.Status.Phase, took)
