@@ -169,7 +169,11 @@ func runScale(b *testing.B, nodes, pods int) {
 	b.ReportMetric(heapBase, "heap-MB-after-publish")
 
 	var results []result
+	only := os.Getenv("SCALE_SHAPES") // e.g. "baseline,one-hca" for a profile; the first is the baseline
 	for _, s := range shapes {
+		if only != "" && !slices.Contains(strings.Split(only, ","), s.name) {
+			continue
+		}
 		r := runShape(ctx, b, c, s, pods)
 		r.heapAfterMB = heapMB()
 		results = append(results, r)
