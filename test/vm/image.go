@@ -72,6 +72,10 @@ type ImageSpec struct {
 // Build assembles the image in dir.
 func (c *Cache) Build(ctx context.Context, dir string, spec ImageSpec) (*Image, error) {
 	files, prog, args, env, withSiw := spec.Files, spec.Prog, spec.Args, append([]string{}, spec.Env...), spec.Siw
+	// A cold cache: whichever test builds first makes the directory.
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("VM cache: %w", err)
+	}
 	meta, err := c.Show(ctx, KernelPackage)
 	if err != nil {
 		return nil, err
