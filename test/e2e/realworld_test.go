@@ -58,7 +58,7 @@ type realWorld struct {
 func newRealWorld(t *testing.T) *realWorld {
 	t.Helper()
 	if err := node.Check(); err != nil {
-		t.Skip(err)
+		t.Skipf("needs a machine that can run a real node (root, runc, iproute2, static busybox): %v", err)
 	}
 	if _, err := node.EnsureBinaries(t.Logf); err != nil {
 		t.Skipf("the node's binaries cannot be built here: %v", err)

@@ -19,7 +19,7 @@ import (
 // through the API server (pods/log, proxied to the kubelet).
 func TestNodeRunsPod(t *testing.T) {
 	if err := node.Check(); err != nil {
-		t.Skip(err)
+		t.Skipf("needs a machine that can run a real node (root, runc, iproute2, static busybox): %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cp, err := cluster.StartControlPlaneWith(t, t.TempDir(), node.ControlPlaneOptions())

@@ -13,13 +13,13 @@ import (
 
 func TestVMFailuresNameTheCause(t *testing.T) {
 	if os.Getenv("RDMA_DRA_VM") == "0" {
-		t.Skip("RDMA_DRA_VM=0")
+		t.Skip("needs the VM suite, which RDMA_DRA_VM=0 turned off")
 	}
 	if ok, why := Available(); !ok {
-		t.Skip("no VM: " + why)
+		t.Skip("needs QEMU able to boot a VM here: " + why)
 	}
 	if os.Getenv("RDMA_DRA_VM_RUN") != "" || os.Getenv("RDMA_DRA_VM_SHELL") != "" {
-		t.Skip("RDMA_DRA_VM_RUN/RDMA_DRA_VM_SHELL select guest tests only")
+		t.Skip("needs the whole VM suite; RDMA_DRA_VM_RUN/RDMA_DRA_VM_SHELL select guest tests only")
 	}
 	cacheDir, err := DefaultCacheDir()
 	if err != nil {

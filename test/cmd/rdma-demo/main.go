@@ -144,15 +144,7 @@ func run(preset string, keep, noRuntime bool) error {
 	}
 	h.Cleanup(agent.Stop)
 
-	if err := waitFor(ctx, "the node's ResourceSlice", func() (bool, error) {
-		l, err := cp.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		return err == nil && len(l.Items) > 0, err
-	}); err != nil {
-		return err
-	}
-	printSlices(ctx, cp)
-
-	allocs, err := watchAllocations(ctx, cp)
+	allocs, err := showSlicesAndWatch(ctx, cp)
 	if err != nil {
 		return err
 	}
@@ -280,6 +272,19 @@ func waitJob(ctx context.Context, cp *cluster.ControlPlane, name string) (corev1
 		return false, nil
 	})
 	return pod, took, err
+}
+
+// showSlicesAndWatch waits for the driver's ResourceSlice, prints it and
+// starts recording what claims are allocated.
+func showSlicesAndWatch(ctx context.Context, cp *cluster.ControlPlane) (*allocations, error) {
+	if err := waitFor(ctx, "the node's ResourceSlice", func() (bool, error) {
+		l, err := cp.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		return err == nil && len(l.Items) > 0, err
+	}); err != nil {
+		return nil, err
+	}
+	printSlices(ctx, cp)
+	return watchAllocations(ctx, cp)
 }
 
 // allocations remembers what the claims reserved for each pod were given:

@@ -89,15 +89,7 @@ func runRealNode(ctx context.Context, h *cluster.Harness, dir, preset string, ke
 		return err
 	}
 	printDriverPods(ctx, cp)
-	if err := waitFor(ctx, "the node's ResourceSlice", func() (bool, error) {
-		l, err := cp.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		return err == nil && len(l.Items) > 0, err
-	}); err != nil {
-		return err
-	}
-	printSlices(ctx, cp)
-
-	allocs, err := watchAllocations(ctx, cp)
+	allocs, err := showSlicesAndWatch(ctx, cp)
 	if err != nil {
 		return err
 	}
