@@ -46,6 +46,7 @@ type options struct {
 	driverName          string
 	sysfsRoot           string
 	devRoot             string
+	hostDevRoot         string
 	cdiRoot             string
 	kubeletRootDir      string
 	stateDir            string
@@ -77,7 +78,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster config when empty")
 	fs.StringVar(&o.driverName, "driver-name", "rdma.dra.dev", "DRA driver name, also the attribute domain")
 	fs.StringVar(&o.sysfsRoot, "sysfs-root", "/sys", "sysfs to discover HCAs from")
-	fs.StringVar(&o.devRoot, "dev-root", "/dev", "directory holding infiniband/ device nodes, as the container runtime sees it")
+	fs.StringVar(&o.devRoot, "dev-root", "/dev", "directory holding infiniband/ device nodes, as this process sees it")
+	fs.StringVar(&o.hostDevRoot, "host-dev-root", "", "the same directory as the container runtime sees it, for CDI specs (default: --dev-root)")
 	fs.StringVar(&o.cdiRoot, "cdi-root", "/var/run/cdi", "directory for per-claim CDI specs")
 	fs.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root; plugins_registry, plugins/<driver> and device-plugins are under it")
 	fs.StringVar(&o.stateDir, "state-dir", "", "where the checkpoint lives (default <kubelet-root-dir>/plugins/<driver>); must be on disk, not tmpfs")
@@ -101,6 +103,16 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.hcaObjectsPerHCA, "hca-objects-per-hca", 1000000, "shared mode: hcaObjects capacity of each HCA (rdma.max hca_object a claim may ask for); 0 publishes none")
 	fs.BoolVar(&o.deviceMetadata, "device-metadata", true, "write each prepared device's metadata file (KEP-5304), bind-mounted into containers under /var/run/kubernetes.io/dra-device-attributes")
 	fs.BoolVar(&o.kernelEvents, "kernel-events", true, "rescan on netlink link messages and uevents (HCAs added or removed; netdev renames when on the host network)")
+}
+
+// runtimeDevRoot is the dev root CDI specs name: the container runtime's
+// view, which differs from ours where the node's /dev is mounted elsewhere
+// in the daemon's container (the chart: /host-dev).
+func (o *options) runtimeDevRoot() string {
+	if o.hostDevRoot != "" {
+		return o.hostDevRoot
+	}
+	return o.devRoot
 }
 
 // validateModes refuses combinations that would break the sharing
@@ -272,7 +284,7 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 	dcfg := driver.Config{
 		DriverName:          o.driverName,
 		NodeName:            o.nodeName,
-		HostDevRoot:         o.devRoot,
+		HostDevRoot:         o.runtimeDevRoot(),
 		AllowNonHostNetwork: o.allowNonHostNetwork,
 		RescanInterval:      o.rescanInterval,
 		TaintUnhealthy:      o.taintUnhealthy,
@@ -302,7 +314,7 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 			Shares:          o.legacyShares,
 			DevicePluginDir: filepath.Join(o.kubeletRootDir, "device-plugins"),
 			CDI:             deps.SpecDir,
-			EditOptions:     cdi.EditOptions{Env: true, HostDevRoot: o.devRoot, Network: legacyNetwork(o.allowNonHostNetwork)},
+			EditOptions:     cdi.EditOptions{Env: true, HostDevRoot: o.runtimeDevRoot(), Network: legacyNetwork(o.allowNonHostNetwork)},
 		})
 		if err != nil {
 			return err

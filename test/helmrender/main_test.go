@@ -19,8 +19,8 @@ func TestRenderMatrix(t *testing.T) {
 		notWant []string
 		wantErr string
 	}{
-		{values: `{}`, want: []string{"kind: DaemonSet", "name: hca.rdma.dra.dev", "--sharing=exclusive", "--legacy=off", "validationActions: [Warn]", "--kernel-events=true", "maxSurge: 1"},
-			notWant: []string{"extendedResourceName", "device-plugins", "hostNetwork: true", "--sysfs-root", "--dev-root"}},
+		{values: `{}`, want: []string{"kind: DaemonSet", "name: hca.rdma.dra.dev", "--sharing=exclusive", "--legacy=off", "validationActions: [Warn]", "--kernel-events=true", "maxSurge: 1", "--dev-root=/host-dev", "--host-dev-root=/dev", "mountPath: /host-dev"},
+			notWant: []string{"extendedResourceName", "device-plugins", "hostNetwork: true", "--sysfs-root", "mountPath: /dev"}},
 		{values: `{"hostNetwork":true,"kernelEvents":false}`, want: []string{"hostNetwork: true", "dnsPolicy: ClusterFirstWithHostNet", "maxSurge: 0", "maxUnavailable: 1", "--kernel-events=false"}},
 		{values: `{"hostNetwork":"yes"}`, wantErr: "hostNetwork"},
 		{values: `{"sharing":"shared","legacy":{"route":"dra"}}`, want: []string{"extendedResourceName: rdma/hca", "name: legacy.rdma.dra.dev"}},
@@ -29,7 +29,7 @@ func TestRenderMatrix(t *testing.T) {
 		{values: `{"allowNonHostNetwork":true}`, want: []string{"--allow-non-host-network=true"}, notWant: []string{"only allowed for hostNetwork pods"}},
 		{values: `{"logging":{"format":"json","verbosity":4}}`, want: []string{"--logging-format=json", "--v=4"}},
 		{values: `{"legacy":{"route":"dra"}}`, wantErr: "needs sharing=shared"},
-		{values: `{"sysfsRoot":"/node/sys","devRoot":"/node/dev"}`, want: []string{"--sysfs-root=/node/sys", "--dev-root=/node/dev", "path: /node/sys", "mountPath: /node/dev"}},
+		{values: `{"sysfsRoot":"/node/sys","devRoot":"/node/dev"}`, want: []string{"--sysfs-root=/node/sys", "--dev-root=/host-dev", "--host-dev-root=/node/dev", "path: /node/sys", "path: /node/dev"}},
 		{values: `{"devRoot":"dev"}`, wantErr: "devRoot"},
 		{values: `{"sharing":"sometimes"}`, wantErr: "sharing"},
 		{values: `{"shairng":"shared"}`, wantErr: "shairng"},
