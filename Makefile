@@ -37,7 +37,7 @@ test-e2e:
 # verbs, port-down taints (docs/vm.md). Packages are cached under
 # ${XDG_CACHE_HOME:-~/.cache}/rdma-dra-driver/vm; VM_FLAGS=-v streams the console.
 test-vm:
-	cd test && $(GO) test -count=1 -timeout 20m $(VM_FLAGS) ./vm/...
+	cd test && $(GO) test -count=1 -timeout 40m $(VM_FLAGS) ./vm/...
 
 # The demo: rdmactl on a simulated DGX H100 node, then the same node in an
 # in-process Kubernetes 1.37 cluster running the seed's Jobs (DRA and

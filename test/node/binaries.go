@@ -57,35 +57,94 @@ func EnsureBinaries(logf func(string, ...any)) (*Binaries, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runc is not installed (apt-get install runc): %w", err)
 	}
+	b, err := buildBinaries(logf)
+	if err != nil {
+		return nil, err
+	}
+	b.Runc = runc
+	return b, nil
+}
+
+// buildBinaries is EnsureBinaries without runc, which is not ours to build.
+func buildBinaries(logf func(string, ...any)) (*Binaries, error) {
 	cache, err := CacheDir()
 	if err != nil {
 		return nil, err
 	}
-	kubelet, err := cached(cache, "kubelet-"+KubeletVersion, logf, buildKubelet)
-	if err != nil {
-		return nil, err
-	}
-	containerd, err := cached(cache, "containerd-"+ContainerdVersion, logf, buildContainerd)
-	if err != nil {
-		return nil, err
-	}
-	cni, err := cached(cache, "cni-plugins-"+CNIVersion, logf, buildCNI)
-	if err != nil {
-		return nil, err
-	}
-	pause, err := cached(cache, "pause-"+pauseVersion, logf, buildPause)
-	if err != nil {
-		return nil, err
+	dirs := map[string]string{}
+	for _, e := range []struct {
+		name  string
+		build func(dir string) error
+	}{{kubeletEntry, buildKubelet}, {containerdEntry, buildContainerd}, {cniEntry, buildCNI}, {pauseEntry, buildPause}} {
+		if dirs[e.name], err = cached(cache, e.name, logf, e.build); err != nil {
+			return nil, err
+		}
 	}
 	return &Binaries{
-		Kubelet:    filepath.Join(kubelet, "kubelet"),
-		Containerd: filepath.Join(containerd, "containerd"),
-		Ctr:        filepath.Join(containerd, "ctr"),
-		Shim:       filepath.Join(containerd, "containerd-shim-runc-v2"),
-		CNIDir:     cni,
-		Pause:      filepath.Join(pause, "rdma-pause"),
-		Runc:       runc,
+		Kubelet:    filepath.Join(dirs[kubeletEntry], "kubelet"),
+		Containerd: filepath.Join(dirs[containerdEntry], "containerd"),
+		Ctr:        filepath.Join(dirs[containerdEntry], "ctr"),
+		Shim:       filepath.Join(dirs[containerdEntry], "containerd-shim-runc-v2"),
+		CNIDir:     dirs[cniEntry],
+		Pause:      filepath.Join(dirs[pauseEntry], "rdma-pause"),
 	}, nil
+}
+
+// The cache's directories, one per build.
+const (
+	kubeletEntry    = "kubelet-" + KubeletVersion
+	containerdEntry = "containerd-" + ContainerdVersion
+	cniEntry        = "cni-plugins-" + CNIVersion
+	pauseEntry      = "pause-" + pauseVersion
+)
+
+var cacheEntries = []string{kubeletEntry, containerdEntry, cniEntry, pauseEntry}
+
+// allCached says whether every binary is in the cache already (a node
+// that gets its binaries from elsewhere, e.g. test/vm's guest, needs no go).
+func allCached() bool {
+	cache, err := CacheDir()
+	if err != nil {
+		return false
+	}
+	for _, name := range cacheEntries {
+		if _, err := os.Stat(filepath.Join(cache, name, ".complete")); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// CacheFile is one file of the binary cache.
+type CacheFile struct {
+	Rel string // relative to the cache directory
+	Src string // its path here
+}
+
+// CachedFiles builds what the cache lacks and lists its files, markers
+// included: a copy of them, with RDMA_NODE_CACHE pointing at it, lets a
+// node run where there is no go to build them (test/vm's guest).
+func CachedFiles(logf func(string, ...any)) ([]CacheFile, error) {
+	if _, err := buildBinaries(logf); err != nil {
+		return nil, err
+	}
+	cache, err := CacheDir()
+	if err != nil {
+		return nil, err
+	}
+	var files []CacheFile
+	for _, name := range cacheEntries {
+		entries, err := os.ReadDir(filepath.Join(cache, name))
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if e.Type().IsRegular() {
+				files = append(files, CacheFile{Rel: filepath.Join(name, e.Name()), Src: filepath.Join(cache, name, e.Name())})
+			}
+		}
+	}
+	return files, nil
 }
 
 // cached returns cache/name, building it first when absent. Concurrent
@@ -181,13 +240,17 @@ func buildPause(dir string) error {
 }
 
 // Check says why this machine cannot run a node (nil when it can): not
-// root, no runc, no nsenter/unshare/ip, no go to build the binaries, no
-// static busybox for the workload image.
+// root, no runc, no nsenter/unshare/ip, no go to build binaries the cache
+// lacks, no static busybox for the workload image.
 func Check() error {
 	if os.Geteuid() != 0 {
 		return errors.New("a real node needs root (mount namespaces, cgroups, runc)")
 	}
-	for _, tool := range []string{"runc", "unshare", "nsenter", "ip", "go"} {
+	tools := []string{"runc", "unshare", "nsenter", "ip"}
+	if !allCached() {
+		tools = append(tools, "go")
+	}
+	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("a real node needs %s in PATH: %w", tool, err)
 		}

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,6 +47,10 @@ type Options struct {
 	// namespace besides the pause and busybox images (e.g. the driver's,
 	// from `make image`).
 	Images []string
+	// NoPivotRoot makes runc enter containers with chroot instead of
+	// pivot_root, which fails where the node's root is an initramfs (a
+	// node inside test/vm's guest).
+	NoPivotRoot bool
 }
 
 // Image names on the node. Pods refer to busybox as "busybox" (it is
@@ -137,7 +142,7 @@ func (n *Node) start(ctx context.Context, opts Options) error {
 	if err := n.startProxies(ctx); err != nil {
 		return err
 	}
-	if err := n.writeContainerdConfig(); err != nil {
+	if err := n.writeContainerdConfig(opts.NoPivotRoot); err != nil {
 		return err
 	}
 	if err := n.StartContainerd(ctx); err != nil {
@@ -314,13 +319,19 @@ func cgroupMounts() ([]string, error) {
 }
 
 // makeCgroupRoot creates the kubelet's cgroupRoot in every hierarchy (the
-// kubelet requires it to exist); cpuset needs its cpus and mems set.
+// kubelet requires it to exist); cpuset needs its cpus and mems set. On a
+// cgroup v2 root nobody has delegated controllers on (a bare guest kernel,
+// no systemd), it enables them first: the kubelet wants cpu, memory and
+// pids under its root, and a claim's rdma.max needs rdma.
 func (n *Node) makeCgroupRoot() error {
 	dirs, err := cgroupMounts()
 	if err != nil {
 		return err
 	}
 	for _, d := range dirs {
+		if err := enableControllers(d); err != nil {
+			return fmt.Errorf("node cgroup root: %w", err)
+		}
 		dir := filepath.Join(d, n.cgroupRoot)
 		if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
 			return fmt.Errorf("node cgroup root: %w", err)
@@ -336,6 +347,31 @@ func (n *Node) makeCgroupRoot() error {
 	return nil
 }
 
+// enableControllers writes every controller of a cgroup v2 root's
+// cgroup.controllers into its cgroup.subtree_control (nothing to do on a
+// v1 hierarchy, or where they are enabled already).
+func enableControllers(root string) error {
+	avail, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+	if err != nil {
+		return nil // a v1 hierarchy
+	}
+	control := filepath.Join(root, "cgroup.subtree_control")
+	on, err := os.ReadFile(control)
+	if err != nil {
+		return err
+	}
+	enabled := strings.Fields(string(on))
+	for _, c := range strings.Fields(string(avail)) {
+		if slices.Contains(enabled, c) {
+			continue
+		}
+		if err := os.WriteFile(control, []byte("+"+c), 0o644); err != nil {
+			return fmt.Errorf("enabling the %s controller in %s: %w", c, control, err)
+		}
+	}
+	return nil
+}
+
 // ---- configs ----
 
 func (n *Node) path(p ...string) string { return filepath.Join(append([]string{n.Dir}, p...)...) }
@@ -343,7 +379,7 @@ func (n *Node) path(p ...string) string { return filepath.Join(append([]string{n
 // ContainerdSocket is containerd's socket as the host sees it.
 func (n *Node) ContainerdSocket() string { return n.path("run", "containerd", "containerd.sock") }
 
-func (n *Node) writeContainerdConfig() error {
+func (n *Node) writeContainerdConfig(noPivotRoot bool) error {
 	cni := `{
   "cniVersion": "1.0.0",
   "name": "rdma-node",
@@ -385,6 +421,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         BinaryName = %q
         SystemdCgroup = false
+        NoPivotRoot = %t
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = [%q]
     conf_dir = "/var/lib/cni/net.d"
@@ -392,7 +429,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 [plugins."io.containerd.grpc.v1.cri"]
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
-`, PauseImage, n.Bin.Runc, n.Bin.CNIDir)
+`, PauseImage, n.Bin.Runc, noPivotRoot, n.Bin.CNIDir)
 	return os.WriteFile(n.path("etc", "containerd.toml"), []byte(cfg), 0o644)
 }
 

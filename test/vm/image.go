@@ -65,6 +65,9 @@ type ImageSpec struct {
 	Args  []string
 	Env   []string
 	Siw   bool // build and load soft-iWARP
+	// Modules are loaded besides the RDMA ones (and their dependencies),
+	// e.g. overlay, bridge and veth for a node's containers.
+	Modules []string
 	// Without leaves modules out (a test of the harness's error path).
 	Without []string
 }
@@ -100,7 +103,7 @@ func (c *Cache) Build(ctx context.Context, dir string, spec ImageSpec) (*Image, 
 		return nil, err
 	}
 	var roots []string
-	for _, m := range moduleRoots {
+	for _, m := range append(append([]string{}, moduleRoots...), spec.Modules...) {
 		if !slices.Contains(spec.Without, m) {
 			roots = append(roots, m)
 		}

@@ -1,7 +1,8 @@
 package vm
 
 // Booting an Image in QEMU: TCG (or KVM where it really works), two
-// virtio-net NICs on restricted user networks (nothing leaves the VM), the
+// virtio-net NICs on restricted user networks (nothing leaves the VM, unless
+// HostNet opens the first one's gateway to the host's loopback), the
 // kernel console on ttyS0 and the guest program's output plus an exit
 // marker on ttyS1 (a unix socket), both streamed back line by line.
 
@@ -47,6 +48,11 @@ type Boot struct {
 	CPUs    int
 	Accel   string // "kvm" or "tcg"
 	Timeout time.Duration
+	// HostNet lets the guest connect to the host's loopback at 10.0.2.2
+	// on eth0 (QEMU's user network unrestricted): a node in the guest
+	// reaching the host's API server. The guest can then reach whatever
+	// the host can; only the node tests ask for it.
+	HostNet bool
 	// Console and Output see each line of ttyS0 and ttyS1 as it comes.
 	Console func(line string)
 	Output  func(line string)
@@ -86,7 +92,7 @@ func (b *Boot) Run(ctx context.Context) (*Result, error) {
 		"-serial", "stdio",
 		"-chardev", "socket,id=res,path=" + sock + ",server=on,wait=on",
 		"-serial", "chardev:res",
-		"-netdev", "user,id=n0,restrict=on,ipv6=off", "-device", "virtio-net-pci,netdev=n0",
+		"-netdev", "user,id=n0,restrict=" + onOff(!b.HostNet) + ",ipv6=off", "-device", "virtio-net-pci,netdev=n0",
 		"-netdev", "user,id=n1,restrict=on,ipv6=off,net=10.0.3.0/24", "-device", "virtio-net-pci,netdev=n1",
 		"-nodefaults",
 	}
@@ -271,4 +277,11 @@ func sanitize(s string) string {
 		}
 		return r
 	}, s)
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }

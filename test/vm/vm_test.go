@@ -74,19 +74,7 @@ func TestVM(t *testing.T) {
 	}
 	imaged := time.Now()
 
-	accel := os.Getenv("RDMA_DRA_VM_ACCEL")
-	switch accel {
-	case "", "auto":
-		accel = "tcg"
-		if ok, why := ProbeKVM(ctx, cacheDir, im.Kernel); ok {
-			accel = "kvm"
-		} else {
-			t.Logf("KVM not used: %s", firstLine(why))
-		}
-	case "kvm", "tcg":
-	default:
-		t.Fatalf("RDMA_DRA_VM_ACCEL=%q: want tcg, kvm or auto", accel)
-	}
+	accel := chooseAccel(ctx, t, cacheDir, im)
 	t.Logf("kernel %s (%s), %s; guest build %v, image %v", im.Release, im.KernelVer, accel,
 		built.Sub(start).Round(time.Millisecond), imaged.Sub(built).Round(time.Millisecond))
 
@@ -110,29 +98,7 @@ func TestVM(t *testing.T) {
 		}
 		return
 	}
-	tests, rest := ParseTestOutput(res.Output)
-	failed := false
-	for _, g := range tests {
-		t.Run(g.Name, func(t *testing.T) {
-			t.Log("guest output:\n" + strings.Join(g.Output, "\n"))
-			switch g.Status {
-			case "FAIL":
-				failed = true
-				t.Fail()
-			case "SKIP":
-				t.Skip("skipped in the guest")
-			case "":
-				failed = true
-				t.Errorf("%s never finished in the guest; guest output after it:\n%s", g.Name, strings.Join(rest, "\n"))
-			}
-		})
-	}
-	if len(tests) == 0 {
-		t.Errorf("the guest ran no tests:\n%s", strings.Join(res.Output, "\n"))
-	}
-	if res.ExitCode != 0 && !failed {
-		t.Errorf("guest test binary exited %d:\n%s", res.ExitCode, strings.Join(rest, "\n"))
-	}
+	reportGuestTests(t, res)
 }
 
 // Guest paths of the product's binaries: the hook (where the guest's driver
@@ -176,6 +142,55 @@ func productBinaries(dir string) ([]GuestFile, error) {
 		files = append(files, GuestFile{Path: b.guest, Src: out})
 	}
 	return files, nil
+}
+
+// reportGuestTests turns each guest test into a subtest with its output,
+// failing where the guest's failed, never finished, or the binary failed.
+func reportGuestTests(t *testing.T, res *Result) {
+	t.Helper()
+	tests, rest := ParseTestOutput(res.Output)
+	failed := false
+	for _, g := range tests {
+		t.Run(g.Name, func(t *testing.T) {
+			t.Log("guest output:\n" + strings.Join(g.Output, "\n"))
+			switch g.Status {
+			case "FAIL":
+				failed = true
+				t.Fail()
+			case "SKIP":
+				t.Skip("skipped in the guest")
+			case "":
+				failed = true
+				t.Errorf("%s never finished in the guest; guest output after it:\n%s", g.Name, strings.Join(rest, "\n"))
+			}
+		})
+	}
+	if len(tests) == 0 {
+		t.Errorf("the guest ran no tests:\n%s", strings.Join(res.Output, "\n"))
+	}
+	if res.ExitCode != 0 && !failed {
+		t.Errorf("guest test binary exited %d:\n%s", res.ExitCode, strings.Join(rest, "\n"))
+	}
+}
+
+// chooseAccel follows RDMA_DRA_VM_ACCEL=tcg|kvm|auto (auto, the default:
+// KVM only if a probe boot works).
+func chooseAccel(ctx context.Context, t *testing.T, cacheDir string, im *Image) string {
+	t.Helper()
+	accel := os.Getenv("RDMA_DRA_VM_ACCEL")
+	switch accel {
+	case "", "auto":
+		accel = "tcg"
+		if ok, why := ProbeKVM(ctx, cacheDir, im.Kernel); ok {
+			accel = "kvm"
+		} else {
+			t.Logf("KVM not used: %s", firstLine(why))
+		}
+	case "kvm", "tcg":
+	default:
+		t.Fatalf("RDMA_DRA_VM_ACCEL=%q: want tcg, kvm or auto", accel)
+	}
+	return accel
 }
 
 func firstLine(s string) string {

@@ -19,13 +19,12 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+	"github.com/rdma-dra/rdma-dra-driver/test/vm/uverbs"
 )
 
 // hookPath is where the image holds rdma-dra-hook (test/vm puts it there).
@@ -80,50 +79,10 @@ func createRuntimeHooks(spec *specs.Spec) [][]string {
 }
 
 // uverbsContextsHelper, run in a container (RDMA_DRA_VM_HELPER=uverbs-contexts),
-// opens $UVERBS $N times and asks the kernel for a verbs context on each
-// (IB_USER_VERBS_CMD_GET_CONTEXT over the uverbs write ABI): the step of
-// ibv_open_device that the rdma cgroup charges one hca_handle. It holds them
-// all and prints one line per context with the kernel's answer.
+// asks for $N verbs contexts on $UVERBS and holds them (package uverbs).
 func uverbsContextsHelper() int {
-	path := os.Getenv("UVERBS")
 	n, _ := strconv.Atoi(os.Getenv("N"))
-	failed := 0
-	var keep []int
-	for i := 1; i <= n; i++ {
-		err := getContext(path, &keep)
-		if err != nil {
-			failed++
-			fmt.Printf("context %d on %s: %v\n", i, path, err)
-			continue
-		}
-		fmt.Printf("context %d on %s: ok\n", i, path)
-	}
-	for _, fd := range keep {
-		unix.Close(fd)
-	}
-	return failed
-}
-
-func getContext(path string, keep *[]int) error {
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open: %w", err)
-	}
-	*keep = append(*keep, fd)
-	// struct ib_uverbs_cmd_hdr {command, in_words, out_words} then struct
-	// ib_uverbs_get_context {response}; the kernel writes struct
-	// ib_uverbs_get_context_resp {async_fd, num_comp_vectors} there.
-	resp := new([2]uint32)
-	var cmd [16]byte
-	*(*uint32)(unsafe.Pointer(&cmd[0])) = 0 // IB_USER_VERBS_CMD_GET_CONTEXT
-	*(*uint16)(unsafe.Pointer(&cmd[4])) = uint16(len(cmd) / 4)
-	*(*uint16)(unsafe.Pointer(&cmd[6])) = uint16(unsafe.Sizeof(*resp) / 4)
-	*(*uint64)(unsafe.Pointer(&cmd[8])) = uint64(uintptr(unsafe.Pointer(resp)))
-	_, err = unix.Write(fd, cmd[:])
-	if err == nil {
-		*keep = append(*keep, int(resp[0]))
-	}
-	return err
+	return uverbs.Contexts(os.Stdout, os.Getenv("UVERBS"), n)
 }
 
 // TestLimitsOnSharedRxe: two claims share rxe0 with hcaHandles 1 each (the

@@ -1,0 +1,371 @@
+package vm
+
+// TestVMNode: the real node of test/node (kubelet v1.37.2, containerd
+// 2.4.2, runc) inside the VM, on Debian's kernel with its rdma cgroup
+// controller and Soft-RoCE, registered with an in-process control plane
+// here. The driver is installed by its Helm chart from the image `make
+// image` builds; its init container installs rdma-dra-hook on the guest,
+// containerd's runc runs it for a claim's hcaHandles, and the container
+// reads its own rdma.max back and finds a second verbs context refused.
+// What the containers saw comes back as their termination messages (the
+// API server cannot dial the guest's kubelet for pods/log).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
+	"github.com/rdma-dra/rdma-dra-driver/test/node"
+	"github.com/rdma-dra/rdma-dra-driver/test/vm/nodeguest"
+)
+
+const (
+	vmNodeName    = "rdma-vm-node"
+	vmNodeDone    = "rdma-vm-node-done"
+	vmNodeTimeout = 20 * time.Minute
+	driverName    = "rdma.dra.dev"
+	// The guest's paths of what the host puts into the image.
+	guestNodeCache  = "/node-cache"
+	guestNodeTest   = "/guest/nodeguest.test"
+	guestNodeConfig = "/etc/rdma-vm-node.json"
+	guestDriverTar  = "/images/rdma-dra-driver.tar"
+)
+
+func TestVMNode(t *testing.T) {
+	if os.Getenv("RDMA_DRA_VM") == "0" {
+		t.Skip("RDMA_DRA_VM=0")
+	}
+	if ok, why := Available(); !ok {
+		t.Skip("no VM: " + why)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	dir := t.TempDir()
+	start := time.Now()
+
+	// What the guest runs: the node's binaries (built once, cached), the
+	// driver's image, and the guest test that keeps the node up.
+	cached, err := node.CachedFiles(t.Logf)
+	if err != nil {
+		t.Skipf("the node's binaries cannot be built here: %v", err)
+	}
+	var files []GuestFile
+	for _, f := range cached {
+		files = append(files, GuestFile{Path: filepath.Join(guestNodeCache, f.Rel), Src: f.Src})
+	}
+	image, err := node.BuildDriverImage(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "nodeguest.test")
+	cmd := exec.Command("go", "test", "-c", "-o", bin, "./nodeguest")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the guest's node test (go test -c ./nodeguest): %v\n%s", err, out)
+	}
+	files = append(files, GuestFile{Path: guestDriverTar, Src: image}, GuestFile{Path: guestNodeTest, Src: bin})
+
+	cp, err := cluster.StartControlPlaneWith(t, filepath.Join(dir, "cp"), node.ControlPlaneOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Stop)
+	t.Cleanup(cancel) // controllers stop before the API server does
+	for _, start := range []func(context.Context, *cluster.ControlPlane) error{cluster.StartControllers, cluster.StartNodeControllers, cluster.StartScheduler} {
+		if err := start(ctx, cp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfgFile, err := guestNodeConfigFile(dir, cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, GuestFile{Path: guestNodeConfig, Src: cfgFile})
+
+	cacheDir, err := DefaultCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := &Cache{Dir: cacheDir, Log: t.Logf}
+	im, err := cache.Build(ctx, dir, ImageSpec{Files: files, Prog: guestNodeTest,
+		Args: []string{"-test.v", "-test.count=1", "-test.timeout=" + (vmNodeTimeout - time.Minute).String()},
+		Env:  []string{"RDMA_NODE_CACHE=" + guestNodeCache, nodeguest.ConfigEnv + "=" + guestNodeConfig, "HOME=/root"},
+		// Containers' root filesystems (overlayfs) and the CNI bridge.
+		Modules: []string{"overlay", "bridge", "veth"}})
+	if err != nil {
+		t.Fatalf("building the VM image: %v", err)
+	}
+	accel := chooseAccel(ctx, t, cacheDir, im)
+	t.Logf("kernel %s, %s; builds and image took %v", im.Release, accel, time.Since(start).Round(time.Millisecond))
+
+	var mu sync.Mutex
+	var console []string
+	boot := &Boot{Image: im, Dir: dir, Accel: accel, MemMB: 4096, HostNet: true, Timeout: vmNodeTimeout,
+		Console: func(l string) { mu.Lock(); console = append(console, l); mu.Unlock() },
+		Output: func(l string) {
+			if strings.HasPrefix(l, "=== RUN") || endLine.MatchString(l) || strings.Contains(l, "node_test.go") {
+				t.Logf("guest| %s", l)
+			}
+		},
+	}
+	var res *Result
+	var bootErr error
+	booted := make(chan struct{})
+	go func() { res, bootErr = boot.Run(ctx); close(booted) }()
+	t.Cleanup(func() {
+		cancel()
+		<-booted
+		if t.Failed() {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Logf("the guest's console (last lines):\n%s", strings.Join(tail(console, 40), "\n"))
+		}
+	})
+	// A failure from here on ends the guest's node with its logs printed.
+	failed := true
+	defer func() { finishGuest(ctx, t, cp, failed, booted, &res, &bootErr) }()
+
+	v := &vmCluster{t: t, ctx: ctx, cp: cp, booted: booted}
+	v.wait("node "+vmNodeName+" Ready", 10*time.Minute, func() (bool, string) {
+		no, err := cp.Client.CoreV1().Nodes().Get(ctx, vmNodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range no.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status == corev1.ConditionTrue, c.Message
+			}
+		}
+		return false, "no Ready condition"
+	})
+	t.Logf("node %s Ready %s after the start", vmNodeName, time.Since(start).Round(100*time.Millisecond))
+
+	installed := time.Now()
+	if _, err := cluster.InstallChart(ctx, cp, dir, "rdma", "rdma-system", `{"image":{"tag":"dev"},"sharing":"shared"}`); err != nil {
+		t.Fatal(err)
+	}
+	v.wait("the driver pod Ready", 5*time.Minute, func() (bool, string) {
+		pods, err := cp.Client.CoreV1().Pods("rdma-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=rdma"})
+		if err != nil || len(pods.Items) == 0 {
+			return false, fmt.Sprintf("no pod yet (%v)", err)
+		}
+		p := pods.Items[0]
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("phase %s, init %+v, containers %+v", p.Status.Phase, p.Status.InitContainerStatuses, p.Status.ContainerStatuses)
+	})
+	t.Logf("driver Ready %s after the chart's install", time.Since(installed).Round(100*time.Millisecond))
+
+	// The slice: rxe0 and rxe1 of the guest's kernel, with the capacities
+	// only a kernel with the rdma controller gets.
+	var handles string
+	v.wait("the node's ResourceSlice with rxe0's hcaHandles", 2*time.Minute, func() (bool, string) {
+		slices, err := cp.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, s := range slices.Items {
+			if s.Spec.Driver != driverName || s.Spec.NodeName == nil || *s.Spec.NodeName != vmNodeName {
+				continue
+			}
+			for _, d := range s.Spec.Devices {
+				seen = append(seen, d.Name)
+				if c, ok := d.Capacity[driverName+"/hcaHandles"]; ok && d.Name == "rxe0" {
+					handles = c.Value.String()
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprintf("devices %v", seen)
+	})
+	t.Logf("rxe0 publishes hcaHandles %s", handles)
+
+	// Two pods share rxe0: one claim consumes one hcaHandle, one asks none.
+	script := `cg=$(cut -d: -f3 /proc/self/cgroup)
+{ echo "rdma.max: $(grep rxe0 /sys/fs/cgroup${cg%/}/rdma.max)"
+  RDMA_DRA_VM_HELPER=uverbs-contexts UVERBS=$(ls /dev/infiniband/uverbs*) N=2 ` + guestNodeTest + ` 2>&1
+  echo "contexts exit $?"; } > /dev/termination-log; cat /dev/termination-log`
+	limited := v.claimPod("limited", script, map[string]int64{"hcaHandles": 1})
+	unlimited := v.claimPod("unlimited", script, nil)
+	msgs := v.terminationMessages(limited, unlimited)
+	for _, c := range []struct {
+		pod  string
+		want []string
+	}{
+		{limited, []string{"rdma.max: rxe0 hca_handle=1 hca_object=max", "context 1 on /dev/infiniband/uverbs0: ok",
+			"context 2 on /dev/infiniband/uverbs0: resource temporarily unavailable", "contexts exit 1"}},
+		{unlimited, []string{"rdma.max: rxe0 hca_handle=max hca_object=max", "context 1 on /dev/infiniband/uverbs0: ok",
+			"context 2 on /dev/infiniband/uverbs0: ok", "contexts exit 0"}},
+	} {
+		t.Logf("%s's container said:\n%s", c.pod, msgs[c.pod])
+		for _, w := range c.want {
+			if !strings.Contains(msgs[c.pod], w) {
+				t.Errorf("%s's container: no %q in what it said", c.pod, w)
+			}
+		}
+	}
+	failed = t.Failed()
+}
+
+// guestNodeConfigFile writes the guest's nodeguest.Config: the API server
+// at QEMU's gateway to the host's loopback, checked against the name the
+// host's clients use.
+func guestNodeConfigFile(dir string, cp *cluster.ControlPlane) (string, error) {
+	u, err := url.Parse(cp.Config.Host)
+	if err != nil {
+		return "", err
+	}
+	ca, err := cp.ServingCA()
+	if err != nil {
+		return "", err
+	}
+	if cp.Config.BearerToken == "" {
+		return "", fmt.Errorf("the control plane's client has no bearer token for the guest's node")
+	}
+	b, err := json.Marshal(nodeguest.Config{Server: "https://10.0.2.2:" + u.Port(), ServerName: u.Hostname(),
+		CA: ca, Token: cp.Config.BearerToken, Node: vmNodeName, Images: []string{guestDriverTar}, Done: vmNodeDone})
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, "rdma-vm-node.json")
+	return p, os.WriteFile(p, b, 0o600)
+}
+
+// finishGuest tells the guest the host is done (failed: with its logs) and
+// waits for its tests to end, each reported as a subtest.
+func finishGuest(ctx context.Context, t *testing.T, cp *cluster.ControlPlane, failed bool, booted chan struct{}, res **Result, bootErr *error) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: vmNodeDone}, Data: map[string]string{"failed": fmt.Sprint(failed)}}
+	if _, err := cp.Client.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Errorf("telling the guest the host is done: %v", err)
+		return
+	}
+	select {
+	case <-booted:
+	case <-time.After(5 * time.Minute):
+		t.Errorf("the guest did not power off within 5 minutes of the host being done")
+		return
+	}
+	if *bootErr != nil {
+		t.Errorf("the VM: %v", *bootErr)
+		return
+	}
+	t.Logf("VM ran %v", (*res).Elapsed.Round(time.Second))
+	reportGuestTests(t, *res)
+}
+
+// vmCluster is the host's side of the node in the guest.
+type vmCluster struct {
+	t      *testing.T
+	ctx    context.Context
+	cp     *cluster.ControlPlane
+	booted chan struct{}
+}
+
+// wait polls cond every 250 ms until it holds; the guest powering off or
+// d passing fails the test with cond's last word.
+func (v *vmCluster) wait(what string, d time.Duration, cond func() (bool, string)) {
+	v.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		select {
+		case <-v.booted:
+			v.t.Fatalf("waiting for %s: the VM ended (%s)", what, why)
+		default:
+		}
+		if time.Now().After(deadline) {
+			v.t.Fatalf("waiting for %s: not after %s: %s", what, d, why)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// claimPod creates a claim for rxe0 consuming the given capacities and a
+// hostNetwork pod running script with it; the guest's test binary is at
+// the same path in the container (hostPath), for its uverbs helper.
+func (v *vmCluster) claimPod(name, script string, consume map[string]int64) string {
+	v.t.Helper()
+	req := &resourceapi.ExactDeviceRequest{DeviceClassName: "hca." + driverName,
+		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: fmt.Sprintf(`device.attributes[%q].ibdev == "rxe0"`, driverName)}}}}
+	if len(consume) > 0 {
+		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{}}
+		for k, n := range consume {
+			req.Capacity.Requests[resourceapi.QualifiedName(driverName+"/"+k)] = *resource.NewQuantity(n, resource.DecimalSI)
+		}
+	}
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "hca", Exactly: req}}}}}
+	if _, err := v.cp.Client.ResourceV1().ResourceClaims("default").Create(v.ctx, claim, metav1.CreateOptions{}); err != nil {
+		v.t.Fatal(err)
+	}
+	hostPath := corev1.HostPathDirectory
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			HostNetwork:   true,
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "c", Image: node.BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent,
+				Command:         []string{"sh", "-c", script},
+				SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"IPC_LOCK"}}},
+				Resources:       corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "hca"}}},
+				VolumeMounts:    []corev1.VolumeMount{{Name: "guest", MountPath: filepath.Dir(guestNodeTest), ReadOnly: true}}}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "hca", ResourceClaimName: &name}},
+			Volumes: []corev1.Volume{{Name: "guest", VolumeSource: corev1.VolumeSource{
+				HostPath: &corev1.HostPathVolumeSource{Path: filepath.Dir(guestNodeTest), Type: &hostPath}}}},
+		}}
+	if _, err := v.cp.Client.CoreV1().Pods("default").Create(v.ctx, pod, metav1.CreateOptions{}); err != nil {
+		v.t.Fatal(err)
+	}
+	return name
+}
+
+// terminationMessages waits for the pods to succeed or fail and returns
+// what each container wrote to its termination log.
+func (v *vmCluster) terminationMessages(pods ...string) map[string]string {
+	v.t.Helper()
+	out := map[string]string{}
+	for _, name := range pods {
+		v.wait("pod "+name+" to end", 5*time.Minute, func() (bool, string) {
+			p, err := v.cp.Client.CoreV1().Pods("default").Get(v.ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, s := range p.Status.ContainerStatuses {
+				if s.State.Terminated != nil {
+					out[name] = s.State.Terminated.Message
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("phase %s, conditions %+v, containers %+v", p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
+		})
+	}
+	return out
+}
+
+func tail(lines []string, n int) []string {
+	if len(lines) > n {
+		return lines[len(lines)-n:]
+	}
+	return lines
+}
