@@ -70,12 +70,13 @@ var attrIDs = [numAttrs]string{
 
 // mapper turns HCAs into attribute maps for one driver name.
 type mapper struct {
-	names [numAttrs]resourceapi.QualifiedName
-	netns hca.NetnsMode
+	names  [numAttrs]resourceapi.QualifiedName
+	legacy resourceapi.QualifiedName
+	netns  hca.NetnsMode
 }
 
 func newMapper(driver string, netns hca.NetnsMode) *mapper {
-	m := &mapper{netns: netns}
+	m := &mapper{netns: netns, legacy: resourceapi.QualifiedName(driver + "/" + AttrLegacy)}
 	for i, id := range attrIDs {
 		m.names[i] = resourceapi.QualifiedName(driver + "/" + id)
 	}

@@ -32,7 +32,7 @@ import (
 // kubeletplugin.DeviceMetadata takes them.
 func Metadata(h hca.HCA, netns hca.NetnsMode, shareID string, opts Options) map[string]resourceapi.DeviceAttribute {
 	out := map[string]resourceapi.DeviceAttribute{}
-	for k, v := range newMapper(opts.driverName(), netns).attributes(&h) {
+	for k, v := range newMapper(opts.driverName(), netns).deviceAttributes(&h) {
 		out[string(k)] = v
 	}
 	domain := opts.driverName() + "/"

@@ -1,6 +1,7 @@
 package slices
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 
@@ -84,6 +85,25 @@ func TestMetadata(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Every attribute a device has in the slice is in its metadata file with
+// the same value: a process sees what the scheduler selected on (the
+// real-node e2e found legacy=false missing).
+func TestMetadataHasEverySliceAttribute(t *testing.T) {
+	for _, h := range []hca.HCA{cx7(), bf3()} {
+		inv := hca.Inventory{HCAs: []hca.HCA{h}, NetnsMode: hca.NetnsShared}
+		devs := Devices(inv, Options{Shares: 10})
+		if len(devs) != 1 {
+			t.Fatalf("%s: %d devices", h.Name, len(devs))
+		}
+		md := Metadata(h, inv.NetnsMode, "", Options{})
+		for k, want := range devs[0].Attributes {
+			if got, ok := md[string(k)]; !ok || !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: metadata %s = %+v (present %v), the slice has %+v", h.Name, k, got, ok, want)
+			}
+		}
 	}
 }
 

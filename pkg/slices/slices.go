@@ -135,12 +135,9 @@ func Devices(inv hca.Inventory, opts Options) []resourceapi.Device {
 		return nil
 	}
 	m := newMapper(opts.driverName(), inv.NetnsMode)
-	legacyAttr := resourceapi.QualifiedName(opts.driverName() + "/" + AttrLegacy)
 	devs := make([]resourceapi.Device, len(p))
 	for i, n := range p {
-		attrs := m.attributes(n.hca)
-		attrs[legacyAttr] = resourceapi.DeviceAttribute{BoolValue: ptr(false)}
-		devs[i] = resourceapi.Device{Name: n.name, Attributes: attrs}
+		devs[i] = resourceapi.Device{Name: n.name, Attributes: m.deviceAttributes(n.hca)}
 		if opts.Shares > 0 {
 			shared(&devs[i], opts.driverName(), opts.Shares)
 			limits(&devs[i], opts.driverName(), opts.HCAHandles, opts.HCAObjects)
@@ -154,6 +151,15 @@ func Devices(inv hca.Inventory, opts Options) []resourceapi.Device {
 		slices.SortFunc(devs, func(a, b resourceapi.Device) int { return cmp.Compare(a.Name, b.Name) })
 	}
 	return devs
+}
+
+// deviceAttributes are an HCA's attributes in its slice (and in its
+// metadata file): what discovery read, and legacy=false, which the
+// DeviceClasses for HCAs select on.
+func (m *mapper) deviceAttributes(h *hca.HCA) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	attrs := m.attributes(h)
+	attrs[m.legacy] = resourceapi.DeviceAttribute{BoolValue: ptr(false)}
+	return attrs
 }
 
 // split cuts devices into slices of at most maxDevicesPerSlice, keeping the

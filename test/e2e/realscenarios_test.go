@@ -15,7 +15,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
@@ -45,6 +48,7 @@ func TestRealNodeScenarios(t *testing.T) {
 		})
 	}
 	scenario("seed-job-for-DRA", w.seedJobDRA)
+	scenario("device-metadata", w.deviceMetadata)
 	scenario("pcie-root-pair", w.pcieRootPair)
 	scenario("hostNetwork-refusal", w.hostNetworkRefusal)
 	scenario("eight-then-nine", w.eightThenNine)
@@ -74,6 +78,63 @@ func (w *realWorld) seedJobDRA(t *testing.T) {
 	if capEff(t, out)&(1<<14) == 0 {
 		t.Errorf("IPC_LOCK missing from CapEff:\n%s", out)
 	}
+}
+
+// The device metadata file (KEP-5304) as the container reads it: the
+// allocated HCA with every attribute of its ResourceSlice entry, value for
+// value, and the run-time keys, uverbs naming the node the container has.
+func (w *realWorld) deviceMetadata(t *testing.T) {
+	const mark = "--- metadata ---"
+	w.realClaimPod(t, "metadata", true, "ls /dev/infiniband; echo '"+mark+"'; cat "+
+		"/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/rdma/hca/rdma.dra.dev-metadata.json")
+	w.waitPhase(t, corev1.PodSucceeded, "metadata")
+	out := w.logs(t, "metadata", false)
+	listing, file, ok := strings.Cut(out, mark+"\n")
+	if !ok {
+		t.Fatalf("the container printed no metadata file:\n%s", out)
+	}
+	// A stream of objects, one per API version, newest first.
+	var md metadatav1beta1.DeviceMetadata
+	if err := json.NewDecoder(strings.NewReader(file)).Decode(&md); err != nil {
+		t.Fatalf("the metadata file: %v\n%s", err, file)
+	}
+	t.Logf("metadata file in the container (%d bytes), first object %s, %d requests", len(file), md.APIVersion, len(md.Requests))
+	if md.APIVersion != "metadata.resource.k8s.io/v1beta1" || md.PodClaimName == nil || *md.PodClaimName != "rdma" ||
+		len(md.Requests) != 1 || md.Requests[0].Name != "hca" || len(md.Requests[0].Devices) != 1 {
+		t.Fatalf("metadata: apiVersion %q, podClaimName %v, requests %+v; want v1beta1, rdma, one request hca with one device",
+			md.APIVersion, md.PodClaimName, md.Requests)
+	}
+	got := md.Requests[0].Devices[0]
+	allocated := w.doneDevices(t, "metadata")
+	if got.Driver != "rdma.dra.dev" || len(allocated) != 1 || got.Name != allocated[0] {
+		t.Fatalf("metadata names device %s/%s, the claim had %v", got.Driver, got.Name, allocated)
+	}
+	published, err := w.cp.Client.ResourceV1().ResourceSlices().List(w.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	for _, sl := range published.Items {
+		for _, d := range sl.Spec.Devices {
+			if sl.Spec.Driver == got.Driver && sl.Spec.Pool.Name == got.Pool && d.Name == got.Name {
+				want = d.Attributes
+			}
+		}
+	}
+	if len(want) == 0 {
+		t.Fatalf("no ResourceSlice device %s in pool %s", got.Name, got.Pool)
+	}
+	for k, v := range want {
+		if g, ok := got.Attributes[k]; !ok || !apiequality.Semantic.DeepEqual(g, v) {
+			t.Errorf("metadata attribute %s = %v, the slice has %v", k, g, v)
+		}
+	}
+	uverbs := w.devices[got.Name].Uverbs.Name
+	if u := got.Attributes["rdma.dra.dev/uverbs"].StringValue; u == nil || *u != "/dev/infiniband/"+uverbs ||
+		!slices.Contains(infinibandListing(listing), uverbs) {
+		t.Errorf("metadata uverbs %v; the device's node is %s, the container lists %v", u, uverbs, infinibandListing(listing))
+	}
+	t.Logf("%s: %d slice attributes, all equal in the file, and %d run-time keys", got.Name, len(want), len(got.Attributes)-len(want))
 }
 
 // Two HCAs on one PCIe root (matchAttribute resource.kubernetes.io/pcieRoot):
