@@ -7,10 +7,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"strings"
 )
 
-// rtnetlink constants (linux/netlink.h, linux/rtnetlink.h, linux/if_link.h).
+// rtnetlink constants (linux/netlink.h, linux/rtnetlink.h, linux/if_link.h,
+// linux/if_addr.h, linux/socket.h).
 const (
 	nlmsgHdrLen   = 16
 	ifinfomsgLen  = 16
@@ -23,6 +25,15 @@ const (
 	iffUp         = 0x1
 	iffLowerUp    = 0x10000
 	rtaAlignBytes = 4
+
+	rtmNewAddr   = 20
+	rtmDelAddr   = 21
+	ifaddrmsgLen = 8
+	ifaAddress   = 1
+	ifaLocal     = 2
+	ifaLabel     = 3
+	afInet       = 2
+	afInet6      = 10
 )
 
 // ParseUevent reads one kernel uevent datagram: "ACTION@DEVPATH\0" then
@@ -64,55 +75,83 @@ func ParseUevent(b []byte) (ev Event, ok bool, err error) {
 	return ev, relevantUevent(ev), nil
 }
 
-// ParseLink reads the rtnetlink messages of one datagram and returns the
+// ParseRoute reads the rtnetlink messages of one datagram and returns the
 // link events among them, without the virtual interfaces that are never an
-// HCA's netdev.
-func ParseLink(b []byte) ([]Event, error) {
+// HCA's netdev, and the IPv4 and IPv6 address events. It keeps no state:
+// the Watcher also drops addresses on interfaces it has seen to be of a
+// kind that never carries a GID (routeFilter).
+func ParseRoute(b []byte) ([]Event, error) {
 	var out []Event
+	err := eachRoute(b, func(m routeMsg) {
+		if m.ev.Source == Link && ignoredLinkKinds[m.kind] {
+			return
+		}
+		out = append(out, m.ev)
+	})
+	return out, err
+}
+
+// routeMsg is one link or address message.
+type routeMsg struct {
+	ev   Event
+	kind string // IFLA_INFO_KIND of a link; "" for a physical netdev
+	// seq and pid of the nlmsghdr: a reply to our own request carries
+	// ours, a notification those of whoever made the change.
+	seq, pid uint32
+}
+
+// eachRoute calls f for each link and address message of a datagram, up
+// to NLMSG_DONE or the first malformed message.
+func eachRoute(b []byte, f func(routeMsg)) error {
 	for len(b) > 0 {
 		if len(b) < nlmsgHdrLen {
-			return out, fmt.Errorf("rtnetlink: %d trailing bytes, shorter than a message header", len(b))
+			return fmt.Errorf("rtnetlink: %d trailing bytes, shorter than a message header", len(b))
 		}
 		n := int(binary.NativeEndian.Uint32(b[0:4]))
 		typ := binary.NativeEndian.Uint16(b[4:6])
 		if n < nlmsgHdrLen || n > len(b) {
-			return out, fmt.Errorf("rtnetlink: message length %d outside 16..%d", n, len(b))
+			return fmt.Errorf("rtnetlink: message length %d outside 16..%d", n, len(b))
 		}
+		m := routeMsg{seq: binary.NativeEndian.Uint32(b[8:12]), pid: binary.NativeEndian.Uint32(b[12:16])}
 		msg := b[nlmsgHdrLen:n]
 		if adv := align(n); adv < len(b) {
 			b = b[adv:]
 		} else {
 			b = nil
 		}
-		if typ == nlmsgDone {
-			break
-		}
-		if typ != rtmNewLink && typ != rtmDelLink {
+		var err error
+		keep := true
+		switch typ {
+		case nlmsgDone:
+			return nil
+		case rtmNewLink, rtmDelLink:
+			m.ev, m.kind, err = parseIfinfo(typ, msg)
+		case rtmNewAddr, rtmDelAddr:
+			m.ev, keep, err = parseIfaddr(typ, msg)
+		default:
 			continue
 		}
-		ev, keep, err := parseIfinfo(typ, msg)
 		if err != nil {
-			return out, err
+			return err
 		}
 		if keep {
-			out = append(out, ev)
+			f(m)
 		}
 	}
-	return out, nil
+	return nil
 }
 
-func parseIfinfo(typ uint16, msg []byte) (Event, bool, error) {
+func parseIfinfo(typ uint16, msg []byte) (ev Event, kind string, err error) {
 	if len(msg) < ifinfomsgLen {
-		return Event{}, false, fmt.Errorf("rtnetlink: link message of %d bytes, shorter than ifinfomsg", len(msg))
+		return Event{}, "", fmt.Errorf("rtnetlink: link message of %d bytes, shorter than ifinfomsg", len(msg))
 	}
 	flags := binary.NativeEndian.Uint32(msg[8:12])
-	ev := Event{Source: Link, Action: "newlink", Subsystem: "net",
+	ev = Event{Source: Link, Action: "newlink", Subsystem: "net",
 		Index: int32(binary.NativeEndian.Uint32(msg[4:8])), Up: flags&iffUp != 0, Carrier: flags&iffLowerUp != 0}
 	if typ == rtmDelLink {
 		ev.Action = "dellink"
 	}
-	kind := ""
-	err := walkAttrs(msg[ifinfomsgLen:], func(t uint16, v []byte) error {
+	err = walkAttrs(msg[ifinfomsgLen:], func(t uint16, v []byte) error {
 		switch t {
 		case iflaIfname:
 			ev.Name = cString(v)
@@ -127,9 +166,100 @@ func parseIfinfo(typ uint16, msg []byte) (Event, bool, error) {
 		return nil
 	})
 	if err != nil {
-		return Event{}, false, fmt.Errorf("rtnetlink: link %d: %w", ev.Index, err)
+		return Event{}, "", fmt.Errorf("rtnetlink: link %d: %w", ev.Index, err)
 	}
-	return ev, !ignoredLinkKinds[kind], nil
+	return ev, kind, nil
+}
+
+// parseIfaddr reads an ifaddrmsg and its attributes. keep is false for a
+// family other than IPv4 and IPv6, which never makes a GID.
+func parseIfaddr(typ uint16, msg []byte) (ev Event, keep bool, err error) {
+	if len(msg) < ifaddrmsgLen {
+		return Event{}, false, fmt.Errorf("rtnetlink: address message of %d bytes, shorter than ifaddrmsg", len(msg))
+	}
+	family, plen := msg[0], int(msg[1])
+	ev = Event{Source: Address, Action: "newaddr", Subsystem: "net", Index: int32(binary.NativeEndian.Uint32(msg[4:8]))}
+	if typ == rtmDelAddr {
+		ev.Action = "deladdr"
+	}
+	size := 0
+	switch family {
+	case afInet:
+		size = 4
+	case afInet6:
+		size = 16
+	default:
+		return Event{}, false, nil
+	}
+	var address, local []byte
+	err = walkAttrs(msg[ifaddrmsgLen:], func(t uint16, v []byte) error {
+		switch t {
+		case ifaAddress:
+			address = v
+		case ifaLocal:
+			local = v
+		case ifaLabel:
+			ev.Name = cString(v)
+		}
+		return nil
+	})
+	if err != nil {
+		return Event{}, false, fmt.Errorf("rtnetlink: address on index %d: %w", ev.Index, err)
+	}
+	// IFA_LOCAL is the interface's own address; IFA_ADDRESS is the peer's
+	// on a point-to-point link, and the same as IFA_LOCAL otherwise.
+	if local != nil {
+		address = local
+	}
+	if len(address) != size {
+		return Event{}, false, fmt.Errorf("rtnetlink: address on index %d: %d address bytes for family %d, want %d", ev.Index, len(address), family, size)
+	}
+	if plen > size*8 {
+		return Event{}, false, fmt.Errorf("rtnetlink: address on index %d: prefix length %d for a %d-bit address", ev.Index, plen, size*8)
+	}
+	a, _ := netip.AddrFromSlice(address) // cannot fail: 4 or 16 bytes
+	ev.Address = netip.PrefixFrom(a, plen).String()
+	return ev, true, nil
+}
+
+// routeFilter is the Watcher's view of its rtnetlink socket. It learns from
+// link messages which interfaces are of a kind that never carries an HCA's
+// GIDs (noGIDKind) and drops address events on them, so pod churn does not
+// cause rescans. Replies to the dump that seeds it (dumpPort, dumpSeq)
+// teach kinds but are not events: nothing changed. Used by one goroutine.
+type routeFilter struct {
+	noGIDs            map[int32]bool
+	dumpPort, dumpSeq uint32 // 0: no dump asked for
+}
+
+// dumpSeq marks the replies to the Watcher's dump; notifications carry the
+// seq of whoever made the change, and another port id.
+const dumpSeq = 1
+
+func (r *routeFilter) parse(b []byte) ([]Event, error) {
+	var out []Event
+	err := eachRoute(b, func(m routeMsg) {
+		if m.ev.Source == Link {
+			// Interface indexes are not reused soon (the kernel allocates
+			// them cyclically), so a lost dellink leaves a harmless entry.
+			if m.ev.Action == "newlink" && noGIDKind(m.kind) {
+				if r.noGIDs == nil {
+					r.noGIDs = map[int32]bool{}
+				}
+				r.noGIDs[m.ev.Index] = true
+			} else {
+				delete(r.noGIDs, m.ev.Index)
+			}
+		}
+		switch {
+		case r.dumpSeq != 0 && m.seq == r.dumpSeq && m.pid == r.dumpPort:
+		case m.ev.Source == Link && ignoredLinkKinds[m.kind]:
+		case m.ev.Source == Address && r.noGIDs[m.ev.Index]:
+		default:
+			out = append(out, m.ev)
+		}
+	})
+	return out, err
 }
 
 // walkAttrs calls f for each rtattr (length u16, type u16, value, padded).

@@ -1,6 +1,8 @@
 package kevents
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -34,14 +36,16 @@ type options struct {
 // promise a rescan that comes after them.
 func WithBuffer(n int) Option { return func(o *options) { o.buffer = n } }
 
-// WithoutLink and WithoutUevents leave one of the two sockets closed.
+// WithoutLink and WithoutUevents leave one of the two sockets closed:
+// the rtnetlink one (link and address messages) or the uevent one.
 func WithoutLink() Option    { return func(o *options) { o.link = false } }
 func WithoutUevents() Option { return func(o *options) { o.uevents = false } }
 
-// Open subscribes to link messages and kernel uevents. Sockets belong to the
-// network namespace of the calling thread: link messages and net uevents
-// come only for that namespace's netdevs (the host's with hostNetwork);
-// uevents of other subsystems come in every namespace. Needs no privilege.
+// Open subscribes to link and address messages and kernel uevents. Sockets
+// belong to the network namespace of the calling thread: link and address
+// messages and net uevents come only for that namespace's netdevs (the
+// host's with hostNetwork; never a pod's); uevents of other subsystems come
+// in every namespace. Needs no privilege.
 func Open(opts ...Option) (*Watcher, error) {
 	o := options{buffer: 64, link: true, uevents: true}
 	for _, opt := range opts {
@@ -52,10 +56,18 @@ func Open(opts ...Option) (*Watcher, error) {
 		name          string
 		proto, groups int
 		parse         func([]byte) ([]Event, error)
+		start         func(fd int) // before the first read
 	}
 	var subs []sub
 	if o.link {
-		subs = append(subs, sub{"rtnetlink", unix.NETLINK_ROUTE, unix.RTMGRP_LINK, ParseLink})
+		rf := &routeFilter{}
+		subs = append(subs, sub{"rtnetlink", unix.NETLINK_ROUTE,
+			unix.RTMGRP_LINK | unix.RTMGRP_IPV4_IFADDR | unix.RTMGRP_IPV6_IFADDR, rf.parse,
+			func(fd int) {
+				// Best effort: without the dump, addresses on veths that
+				// existed before Open cause rescans when they go.
+				_ = rf.requestDump(fd)
+			}})
 	}
 	if o.uevents {
 		parse := parseUevents
@@ -65,7 +77,7 @@ func Open(opts ...Option) (*Watcher, error) {
 				return []Event{ev}, err
 			}
 		}
-		subs = append(subs, sub{"uevent", unix.NETLINK_KOBJECT_UEVENT, 1, parse})
+		subs = append(subs, sub{"uevent", unix.NETLINK_KOBJECT_UEVENT, 1, parse, nil})
 	}
 	for _, s := range subs {
 		f, err := openNetlink(s.name, s.proto, s.groups)
@@ -74,6 +86,11 @@ func Open(opts ...Option) (*Watcher, error) {
 			return nil, err
 		}
 		w.files = append(w.files, f)
+		if s.start != nil {
+			if rc, err := f.SyscallConn(); err == nil {
+				_ = rc.Control(func(fd uintptr) { s.start(int(fd)) })
+			}
+		}
 		w.wg.Add(1)
 		go w.read(f, s.parse)
 	}
@@ -86,6 +103,32 @@ func parseUevents(b []byte) ([]Event, error) {
 		return nil, err
 	}
 	return []Event{ev}, nil
+}
+
+// requestDump asks the kernel for every link of the namespace, so the
+// filter knows the kinds of interfaces that existed before Open. The
+// replies come on the same socket: the first part before any later
+// notification, further parts (many links) as the reader reads, so an
+// address change meanwhile may cost one needless rescan, never a missed one.
+func (r *routeFilter) requestDump(fd int) error {
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return fmt.Errorf("rtnetlink socket: its port id: %w", err)
+	}
+	nl, ok := sa.(*unix.SockaddrNetlink)
+	if !ok {
+		return errors.New("rtnetlink socket: not a netlink address")
+	}
+	req := make([]byte, nlmsgHdrLen+ifinfomsgLen) // ifinfomsg all zero: AF_UNSPEC, every link
+	binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
+	binary.NativeEndian.PutUint16(req[4:], unix.RTM_GETLINK)
+	binary.NativeEndian.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	binary.NativeEndian.PutUint32(req[8:], dumpSeq)
+	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("rtnetlink socket: asking for the links: %w", err)
+	}
+	r.dumpPort, r.dumpSeq = nl.Pid, dumpSeq
+	return nil
 }
 
 func openNetlink(name string, proto, groups int) (*os.File, error) {

@@ -1,7 +1,7 @@
 //go:build linux
 
-// Package keventstest makes the kernel send link messages, for tests of
-// code that follows them.
+// Package keventstest makes the kernel send link and address messages, for
+// tests of code that follows them.
 package keventstest
 
 import "golang.org/x/sys/unix"
