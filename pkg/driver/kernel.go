@@ -1,9 +1,12 @@
 package driver
 
-// Kernel events on the slow path: a burst of link messages or uevents (a
-// netdev renamed, a driver reloaded, a VF created) becomes one rescan, so
-// the change is published within a second instead of at the next
-// RescanInterval. The rescan interval stays as the safety net.
+// Kernel events on the slow path: a burst of link or address messages or
+// uevents (a netdev renamed, an address and so a RoCE GID added, a driver
+// reloaded, a VF created) becomes one rescan, so the change is published
+// within a second instead of at the next RescanInterval. Every source
+// counts: kevents already dropped what cannot matter. The rescan interval
+// stays as the safety net, for what the daemon's namespace does not see
+// (addresses in pods' namespaces) and what has no event at all.
 
 import (
 	"context"
@@ -20,7 +23,8 @@ import (
 // the ib device, its uverbs node and its netdev one after another; one
 // rescan after they settle is cheaper than one per step, and the window is
 // fixed (not extended by new events) so a noisy node cannot delay a
-// rescan indefinitely.
+// rescan indefinitely. It also covers ib_core, which updates the GID table
+// from a work queue after the address message has gone out.
 const eventSettle = 100 * time.Millisecond
 
 // followKernel rescans after each burst of kernel events until ctx ends or

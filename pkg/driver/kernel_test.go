@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -107,6 +108,68 @@ func TestKernelEventsRescan(t *testing.T) {
 	case got := <-pub:
 		t.Errorf("published %q with no event and no rescan due", got)
 	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// gidIndexPublisher reports the roceGIDIndex attribute of each publish, -1
+// when no device has one.
+type gidIndexPublisher chan int64
+
+func (p gidIndexPublisher) PublishResources(_ context.Context, res resourceslice.DriverResources) error {
+	got := int64(-1)
+	for _, pool := range res.Pools {
+		for _, s := range pool.Slices {
+			for _, d := range s.Devices {
+				if a, ok := d.Attributes["rdma.dra.dev/roceGIDIndex"]; ok && a.IntValue != nil {
+					got = *a.IntValue
+				}
+			}
+		}
+	}
+	p <- got
+	return nil
+}
+
+// TestAddressEventsRescan: the HCA's netdev gets another IPv4 address, so
+// its RoCE v2 GID moves from slot 1 to slot 3 (written to the simulated
+// sysfs as ib_core would). With no port watcher and an hour-long rescan
+// interval, only the address messages, as the watcher delivers them, can
+// make the driver publish the new index.
+func TestAddressEventsRescan(t *testing.T) {
+	t.Parallel()
+	events := make(chan kevents.Event, 4)
+	d, node := newTestDriverOn(t, 0, events, nil)
+	pub := make(gidIndexPublisher, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := d.SetPublisher(ctx, pub); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-pub; got != 1 {
+		t.Fatalf("first publish has roceGIDIndex %d, want 1 (softroce preset)", got)
+	}
+	go d.Run(ctx)
+
+	port := filepath.Join(node.IBDevDir("rxe0"), "ports", "1")
+	for rel, content := range map[string]string{
+		"gids/1":            "0000:0000:0000:0000:0000:0000:0000:0000",
+		"gids/3":            "0000:0000:0000:0000:0000:ffff:c0a8:7a0b", // 192.168.122.11
+		"gid_attrs/types/3": "RoCE v2",
+		"gid_attrs/ndevs/3": "eth0",
+	} {
+		if err := os.WriteFile(filepath.Join(port, rel), []byte(content+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events <- kevents.Event{Source: kevents.Address, Action: "deladdr", Subsystem: "net", Name: "eth0", Index: 2, Address: "192.168.122.10/24"}
+	events <- kevents.Event{Source: kevents.Address, Action: "newaddr", Subsystem: "net", Name: "eth0", Index: 2, Address: "192.168.122.11/24"}
+	select {
+	case got := <-pub:
+		if got != 3 {
+			t.Errorf("published roceGIDIndex %d after the address change, want 3", got)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no publish within 20 s of the address events")
 	}
 }
 

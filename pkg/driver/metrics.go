@@ -52,7 +52,7 @@ func NewMetrics() *Metrics {
 		lastPublish: metrics.NewGauge(&metrics.GaugeOpts{Namespace: namespace, Name: "last_publish_timestamp_seconds",
 			Help: "When ResourceSlices were last handed to the publisher (time since = now - this).", StabilityLevel: metrics.ALPHA}),
 		kernelEvents: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: namespace, Name: "kernel_events_total",
-			Help: "Kernel notifications that triggered a rescan, by source (link, uevent, overflow, failed).", StabilityLevel: metrics.ALPHA}, []string{"source"}),
+			Help: "Kernel notifications that triggered a rescan, by source (link, address, uevent, overflow, failed).", StabilityLevel: metrics.ALPHA}, []string{"source"}),
 		netnsNotReturned: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: namespace, Name: "netns_not_returned_total",
 			Help: "HCAs moved into a pod's network namespace (exclusive netns mode) that were not back in the host's when their claim was unprepared, by device.", StabilityLevel: metrics.ALPHA}, []string{"hca"}),
 	}
