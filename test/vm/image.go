@@ -130,48 +130,17 @@ func (c *Cache) Build(ctx context.Context, dir string, spec ImageSpec) (*Image, 
 		return nil, err
 	}
 
-	user, err := c.Get(ctx, userPackages...)
+	user, lib, err := c.userland(ctx)
 	if err != nil {
 		return nil, err
 	}
-	libs, err := c.Get(ctx, libPackages...)
-	if err != nil {
-		return nil, err
-	}
-	var roots2 []string
-	for _, p := range append(user, libs...) {
-		roots2 = append(roots2, p.Root)
-	}
-	lib := NewLibraries(roots2...)
 	t := NewTree()
 	for _, d := range []string{"proc", "sys", "dev", "run", "tmp", "root", "etc", "var", "mnt"} {
 		t.Dir(d, 0o755)
 	}
 	t.Copy("bin/busybox", filepath.Join(user[0].Root, "bin/busybox"), 0o755)
-	for guest, rel := range userBinaries {
-		src, ok := findIn(user, rel)
-		if !ok {
-			return nil, fmt.Errorf("%s is in none of the packages %v", rel, userPackages)
-		}
-		if err := lib.AddELF(t, guest, src); err != nil {
-			return nil, err
-		}
-	}
-	// glibc dlopens libgcc_s for thread exit and cancellation (rping).
-	if guest, host, ok := lib.find("libgcc_s.so.1"); ok {
-		t.Copy(guest, host, 0o755)
-	} else {
-		return nil, fmt.Errorf("libgcc_s.so.1 is in none of the packages %v", libPackages)
-	}
-	// Verbs providers are dlopened: their directory and driver files.
-	for _, rel := range []string{"usr/lib/x86_64-linux-gnu/libibverbs", "etc/libibverbs.d"} {
-		p, ok := findIn(user, rel)
-		if !ok {
-			return nil, fmt.Errorf("%s is in none of the packages %v", rel, userPackages)
-		}
-		if err := lib.AddDir(t, strings.TrimSuffix(p, "/"+rel), rel); err != nil {
-			return nil, err
-		}
+	if err := addUserland(t, lib, user, userBinaries); err != nil {
+		return nil, err
 	}
 	var insmods []string
 	for i, ko := range order {
@@ -200,6 +169,56 @@ func (c *Cache) Build(ctx context.Context, dir string, spec ImageSpec) (*Image, 
 		return nil, err
 	}
 	return im, f.Close()
+}
+
+// userland fetches the user and library packages and resolves libraries
+// from them.
+func (c *Cache) userland(ctx context.Context) ([]Package, *Libraries, error) {
+	user, err := c.Get(ctx, userPackages...)
+	if err != nil {
+		return nil, nil, err
+	}
+	libs, err := c.Get(ctx, libPackages...)
+	if err != nil {
+		return nil, nil, err
+	}
+	var roots []string
+	for _, p := range append(user, libs...) {
+		roots = append(roots, p.Root)
+	}
+	return user, NewLibraries(roots...), nil
+}
+
+// addUserland puts binaries (guest path -> path in the unpacked packages)
+// into t with their libraries, and what rdma-core loads at run time: libgcc_s
+// and the verbs providers with their driver files.
+func addUserland(t *Tree, lib *Libraries, user []Package, binaries map[string]string) error {
+	for guest, rel := range binaries {
+		src, ok := findIn(user, rel)
+		if !ok {
+			return fmt.Errorf("%s is in none of the packages %v", rel, userPackages)
+		}
+		if err := lib.AddELF(t, guest, src); err != nil {
+			return err
+		}
+	}
+	// glibc dlopens libgcc_s for thread exit and cancellation (rping).
+	if guest, host, ok := lib.find("libgcc_s.so.1"); ok {
+		t.Copy(guest, host, 0o755)
+	} else {
+		return fmt.Errorf("libgcc_s.so.1 is in none of the packages %v", libPackages)
+	}
+	// Verbs providers are dlopened: their directory and driver files.
+	for _, rel := range []string{"usr/lib/x86_64-linux-gnu/libibverbs", "etc/libibverbs.d"} {
+		p, ok := findIn(user, rel)
+		if !ok {
+			return fmt.Errorf("%s is in none of the packages %v", rel, userPackages)
+		}
+		if err := lib.AddDir(t, strings.TrimSuffix(p, "/"+rel), rel); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func findIn(pkgs []Package, rel string) (string, bool) {

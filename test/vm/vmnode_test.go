@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +44,7 @@ const (
 	guestNodeTest   = "/guest/nodeguest.test"
 	guestNodeConfig = "/etc/rdma-vm-node.json"
 	guestDriverTar  = "/images/rdma-dra-driver.tar"
+	guestToolsTar   = "/images/rdma-tools.tar"
 )
 
 func TestVMNode(t *testing.T) {
@@ -77,7 +79,17 @@ func TestVMNode(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the guest's node test (go test -c ./nodeguest): %v\n%s", err, out)
 	}
-	files = append(files, GuestFile{Path: guestDriverTar, Src: image}, GuestFile{Path: guestNodeTest, Src: bin})
+	cacheDir, err := DefaultCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := &Cache{Dir: cacheDir, Log: t.Logf}
+	tools := filepath.Join(dir, "rdma-tools.tar")
+	if err := cache.ToolsImage(ctx, tools); err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, GuestFile{Path: guestDriverTar, Src: image}, GuestFile{Path: guestToolsTar, Src: tools},
+		GuestFile{Path: guestNodeTest, Src: bin})
 
 	cp, err := cluster.StartControlPlaneWith(t, filepath.Join(dir, "cp"), node.ControlPlaneOptions())
 	if err != nil {
@@ -96,11 +108,6 @@ func TestVMNode(t *testing.T) {
 	}
 	files = append(files, GuestFile{Path: guestNodeConfig, Src: cfgFile})
 
-	cacheDir, err := DefaultCacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cache := &Cache{Dir: cacheDir, Log: t.Logf}
 	im, err := cache.Build(ctx, dir, ImageSpec{Files: files, Prog: guestNodeTest,
 		Args: []string{"-test.v", "-test.count=1", "-test.timeout=" + (vmNodeTimeout - time.Minute).String()},
 		Env:  []string{"RDMA_NODE_CACHE=" + guestNodeCache, nodeguest.ConfigEnv + "=" + guestNodeConfig, "HOME=/root"},
@@ -203,8 +210,8 @@ func TestVMNode(t *testing.T) {
 { echo "rdma.max: $(grep rxe0 /sys/fs/cgroup${cg%/}/rdma.max)"
   RDMA_DRA_VM_HELPER=uverbs-contexts UVERBS=$(ls /dev/infiniband/uverbs*) N=2 ` + guestNodeTest + ` 2>&1
   echo "contexts exit $?"; } > /dev/termination-log; cat /dev/termination-log`
-	limited := v.claimPod("limited", script, map[string]int64{"hcaHandles": 1})
-	unlimited := v.claimPod("unlimited", script, nil)
+	limited := v.claimPod("limited", node.BusyboxImage, script, map[string]int64{"hcaHandles": 1})
+	unlimited := v.claimPod("unlimited", node.BusyboxImage, script, nil)
 	msgs := v.terminationMessages(limited, unlimited)
 	for _, c := range []struct {
 		pod  string
@@ -220,6 +227,41 @@ func TestVMNode(t *testing.T) {
 			if !strings.Contains(msgs[c.pod], w) {
 				t.Errorf("%s's container: no %q in what it said", c.pod, w)
 			}
+		}
+	}
+
+	// Real bytes through the whole chain: two pods' claims share rxe0, the
+	// kubelet prepares them, containerd applies their CDI specs, and
+	// ibv_rc_pingpong (rdma-core from the tools image) runs between the
+	// containers with the GID index the driver put into their environment.
+	const port = 18515
+	pingpong := fmt.Sprintf("ibv_rc_pingpong -d rxe0 -g \"$NCCL_IB_GID_INDEX\" -p %d -n 500 -s 4096", port)
+	head := `echo "NCCL_IB_GID_INDEX=$NCCL_IB_GID_INDEX devices: $(ls /dev/infiniband | tr '\n' ' ')"
+o=$(ibv_devinfo -d rxe1 2>&1); echo "rxe1 (not claimed): exit $? $(echo "$o" | tail -n 1)"
+`
+	server := v.claimPod("pp-server", ToolsImageName, `{ `+head+pingpong+` 2>&1; echo "pingpong exit $?"; } > /dev/termination-log`, nil)
+	client := v.claimPod("pp-client", ToolsImageName, fmt.Sprintf(`{ `+head+`for i in $(seq 600); do grep -q ':%04X 00000000:0000 0A' /proc/net/tcp && break; sleep 0.1; done
+%s 127.0.0.1 2>&1; echo "pingpong exit $?"; } > /dev/termination-log`, port, pingpong), nil)
+	msgs = v.terminationMessages(server, client)
+	transfer := regexp.MustCompile(`(\d+) bytes in ([\d.]+) seconds = ([\d.]+) Mbit/sec`)
+	for _, pod := range []string{server, client} {
+		out := msgs[pod]
+		t.Logf("%s's container said:\n%s", pod, out)
+		for _, w := range []string{"devices: rdma_cm uverbs0 ", "pingpong exit 0"} {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s's container: no %q in what it said", pod, w)
+			}
+		}
+		if regexp.MustCompile(`rxe1 \(not claimed\): exit 0`).MatchString(out) {
+			t.Errorf("%s's container opened rxe1, which its claim does not hold", pod)
+		}
+		if !regexp.MustCompile(`NCCL_IB_GID_INDEX=\d+ `).MatchString(out) {
+			t.Errorf("%s's container has no NCCL_IB_GID_INDEX from the driver", pod)
+		}
+		if m := transfer.FindStringSubmatch(out); m == nil {
+			t.Errorf("%s's container: no transfer reported", pod)
+		} else {
+			t.Logf("%s: %s bytes in %s s = %s Mbit/s", pod, m[1], m[2], m[3])
 		}
 	}
 	failed = t.Failed()
@@ -241,7 +283,7 @@ func guestNodeConfigFile(dir string, cp *cluster.ControlPlane) (string, error) {
 		return "", fmt.Errorf("the control plane's client has no bearer token for the guest's node")
 	}
 	b, err := json.Marshal(nodeguest.Config{Server: "https://10.0.2.2:" + u.Port(), ServerName: u.Hostname(),
-		CA: ca, Token: cp.Config.BearerToken, Node: vmNodeName, Images: []string{guestDriverTar}, Done: vmNodeDone})
+		CA: ca, Token: cp.Config.BearerToken, Node: vmNodeName, Images: []string{guestDriverTar, guestToolsTar}, Done: vmNodeDone})
 	if err != nil {
 		return "", err
 	}
@@ -302,9 +344,9 @@ func (v *vmCluster) wait(what string, d time.Duration, cond func() (bool, string
 }
 
 // claimPod creates a claim for rxe0 consuming the given capacities and a
-// hostNetwork pod running script with it; the guest's test binary is at
+// hostNetwork pod running script in image with it; the guest's test binary is at
 // the same path in the container (hostPath), for its uverbs helper.
-func (v *vmCluster) claimPod(name, script string, consume map[string]int64) string {
+func (v *vmCluster) claimPod(name, image, script string, consume map[string]int64) string {
 	v.t.Helper()
 	req := &resourceapi.ExactDeviceRequest{DeviceClassName: "hca." + driverName,
 		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
@@ -325,7 +367,7 @@ func (v *vmCluster) claimPod(name, script string, consume map[string]int64) stri
 		Spec: corev1.PodSpec{
 			HostNetwork:   true,
 			RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{Name: "c", Image: node.BusyboxImage, ImagePullPolicy: corev1.PullIfNotPresent,
+			Containers: []corev1.Container{{Name: "c", Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
 				Command:         []string{"sh", "-c", script},
 				SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"IPC_LOCK"}}},
 				Resources:       corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "hca"}}},
