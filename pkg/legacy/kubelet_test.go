@@ -235,7 +235,7 @@ func (e *env) setPorts(t *testing.T, state, phys string) {
 }
 
 // run runs p until the test ends, then checks Run returned nil and removed
-// its socket.
+// its socket. It returns once p serves on its socket.
 func run(t *testing.T, p *Plugin) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
@@ -251,9 +251,17 @@ func run(t *testing.T, p *Plugin) {
 			t.Errorf("socket %s after Run returned: %v, want it removed", p.SocketPath(), err)
 		}
 	})
-	waitFor(t, "the plugin socket", func() bool {
-		_, err := os.Lstat(p.SocketPath())
-		return err == nil
+	// Wait until the socket accepts connections, not until the file
+	// exists: bind(2) makes the file and listen(2) comes after it, and a
+	// connect in between is refused, which fails a gRPC call at once
+	// (Unavailable) instead of reaching the plugin.
+	waitFor(t, "the plugin socket to accept connections", func() bool {
+		c, err := net.Dial("unix", p.SocketPath())
+		if err != nil {
+			return false
+		}
+		_ = c.Close()
+		return true
 	})
 }
 
