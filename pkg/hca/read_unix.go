@@ -25,16 +25,27 @@ func readSysfs(path string) ([]byte, error) {
 	return append([]byte(nil), out...), nil
 }
 
-// readFD reads fd to its end into buf, growing it when the file is longer.
-// A read that returns less than asked is the whole file, for sysfs
-// attributes (one show call fills them) as for regular files.
-func readFD(fd int, buf []byte) ([]byte, error) {
+// readFD reads fd from its offset to its end into buf.
+func readFD(fd int, buf []byte) ([]byte, error) { return readToEnd(fd, buf, false) }
+
+// readToEnd reads fd to its end into buf, growing it when the file is
+// longer: with pread, from offset 0 without moving the file's offset; else
+// with read, from the file's offset. A read that returns less than asked is
+// the whole file, for sysfs attributes (one show call fills them) as for
+// regular files.
+func readToEnd(fd int, buf []byte, pread bool) ([]byte, error) {
 	out := buf[:0]
 	for {
 		if len(out) == cap(out) {
 			out = append(out, 0)[:len(out)] // grow: a long file, not an attribute
 		}
-		n, err := unix.Read(fd, out[len(out):cap(out)])
+		var n int
+		var err error
+		if pread {
+			n, err = unix.Pread(fd, out[len(out):cap(out)], int64(len(out)))
+		} else {
+			n, err = unix.Read(fd, out[len(out):cap(out)])
+		}
 		if err == unix.EINTR {
 			continue
 		}

@@ -214,24 +214,6 @@ func direntNames(fd int, buf []byte) ([]string, error) {
 	}
 }
 
-// pread0 reads a whole file from offset 0 into buf.
-func pread0(fd int, buf []byte) ([]byte, error) {
-	out := buf[:0]
-	for {
-		if len(out) == cap(out) {
-			out = append(out, 0)[:len(out)]
-		}
-		n, err := unix.Pread(fd, out[len(out):cap(out)], int64(len(out)))
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		short := len(out)+n < cap(out)
-		out = out[:len(out)+n]
-		if n == 0 || short {
-			return out, nil
-		}
-	}
-}
+// pread0 reads a whole file from offset 0 into buf: sysfs calls the
+// attribute's show again.
+func pread0(fd int, buf []byte) ([]byte, error) { return readToEnd(fd, buf, true) }
