@@ -81,17 +81,11 @@ func newRealWorld(t *testing.T) *realWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp, err := cluster.StartControlPlaneWith(t, filepath.Join(dir, "cp"), node.ControlPlaneOptions())
+	cp, err := node.StartControlPlane(ctx, t, filepath.Join(dir, "cp"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(cp.Stop)
-	t.Cleanup(cancel) // controllers stop before the API server does
-	for _, start := range []func(context.Context, *cluster.ControlPlane) error{cluster.StartControllers, cluster.StartNodeControllers, cluster.StartScheduler} {
-		if err := start(ctx, cp); err != nil {
-			t.Fatal(err)
-		}
-	}
+	t.Cleanup(cancel)
 	n, err := node.Start(ctx, t, cp, node.Options{Images: []string{image}})
 	if err != nil {
 		t.Fatal(err)

@@ -91,16 +91,9 @@ func TestVMNode(t *testing.T) {
 	files = append(files, GuestFile{Path: guestDriverTar, Src: image}, GuestFile{Path: guestToolsTar, Src: tools},
 		GuestFile{Path: guestNodeTest, Src: bin})
 
-	cp, err := cluster.StartControlPlaneWith(t, filepath.Join(dir, "cp"), node.ControlPlaneOptions())
+	cp, err := node.StartControlPlane(ctx, t, filepath.Join(dir, "cp"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	t.Cleanup(cp.Stop)
-	t.Cleanup(cancel) // controllers stop before the API server does
-	for _, start := range []func(context.Context, *cluster.ControlPlane) error{cluster.StartControllers, cluster.StartNodeControllers, cluster.StartScheduler} {
-		if err := start(ctx, cp); err != nil {
-			t.Fatal(err)
-		}
 	}
 	cfgFile, err := guestNodeConfigFile(dir, cp)
 	if err != nil {

@@ -43,15 +43,9 @@ func runRealNode(ctx context.Context, h *cluster.Harness, dir, preset string, ke
 	fmt.Println("  " + image)
 
 	step("starting Kubernetes 1.37 in this process (etcd, kube-apiserver, scheduler, controllers)")
-	cp, err := cluster.StartControlPlaneWith(h, filepath.Join(dir, "cp"), node.ControlPlaneOptions())
+	cp, err := node.StartControlPlane(ctx, h, filepath.Join(dir, "cp"))
 	if err != nil {
 		return err
-	}
-	h.Cleanup(cp.Stop)
-	for _, start := range []func(context.Context, *cluster.ControlPlane) error{cluster.StartControllers, cluster.StartNodeControllers, cluster.StartScheduler} {
-		if err := start(ctx, cp); err != nil {
-			return err
-		}
 	}
 
 	step("a real node: containerd + runc + the kubelet in a private mount and network namespace, on a simulated %s", preset)
