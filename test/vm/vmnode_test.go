@@ -48,6 +48,16 @@ const (
 )
 
 func TestVMNode(t *testing.T) {
+	v := startVMNode(t)
+	defer v.finish() // before the cleanups: it reports the guest's tests as subtests
+	v.installDriver()
+	v.limits()
+	v.pingpong()
+}
+
+// startVMNode builds what the guest runs, starts the control plane, boots
+// the VM and waits for its node to be Ready.
+func startVMNode(t *testing.T) *vmCluster {
 	if os.Getenv("RDMA_DRA_VM") == "0" {
 		t.Skip("RDMA_DRA_VM=0")
 	}
@@ -60,7 +70,8 @@ func TestVMNode(t *testing.T) {
 	start := time.Now()
 
 	// What the guest runs: the node's binaries (built once, cached), the
-	// driver's image, and the guest test that keeps the node up.
+	// driver's and the tools' images, and the guest test that keeps the
+	// node up.
 	cached, err := node.CachedFiles(t.Logf)
 	if err != nil {
 		t.Skipf("the node's binaries cannot be built here: %v", err)
@@ -112,6 +123,7 @@ func TestVMNode(t *testing.T) {
 	accel := chooseAccel(ctx, t, cacheDir, im)
 	t.Logf("kernel %s, %s; builds and image took %v", im.Release, accel, time.Since(start).Round(time.Millisecond))
 
+	v := &vmCluster{t: t, ctx: ctx, cp: cp, dir: dir, booted: make(chan struct{})}
 	var mu sync.Mutex
 	var console []string
 	boot := &Boot{Image: im, Dir: dir, Accel: accel, MemMB: 4096, HostNet: true, Timeout: vmNodeTimeout,
@@ -122,24 +134,17 @@ func TestVMNode(t *testing.T) {
 			}
 		},
 	}
-	var res *Result
-	var bootErr error
-	booted := make(chan struct{})
-	go func() { res, bootErr = boot.Run(ctx); close(booted) }()
+	go func() { v.res, v.bootErr = boot.Run(ctx); close(v.booted) }()
 	t.Cleanup(func() {
 		cancel()
-		<-booted
+		<-v.booted
 		if t.Failed() {
 			mu.Lock()
 			defer mu.Unlock()
 			t.Logf("the guest's console (last lines):\n%s", strings.Join(tail(console, 40), "\n"))
 		}
 	})
-	// A failure from here on ends the guest's node with its logs printed.
-	failed := true
-	defer func() { finishGuest(ctx, t, cp, failed, booted, &res, &bootErr) }()
 
-	v := &vmCluster{t: t, ctx: ctx, cp: cp, booted: booted}
 	v.wait("node "+vmNodeName+" Ready", 10*time.Minute, func() (bool, string) {
 		no, err := cp.Client.CoreV1().Nodes().Get(ctx, vmNodeName, metav1.GetOptions{})
 		if err != nil {
@@ -153,9 +158,16 @@ func TestVMNode(t *testing.T) {
 		return false, "no Ready condition"
 	})
 	t.Logf("node %s Ready %s after the start", vmNodeName, time.Since(start).Round(100*time.Millisecond))
+	return v
+}
 
+// installDriver installs the chart in shared mode and waits for the
+// driver, then for rxe0 of the guest's kernel in its slice with the
+// capacities only a kernel with the rdma controller gets.
+func (v *vmCluster) installDriver() {
+	t, ctx, cp := v.t, v.ctx, v.cp
 	installed := time.Now()
-	if _, err := cluster.InstallChart(ctx, cp, dir, "rdma", "rdma-system", `{"image":{"tag":"dev"},"sharing":"shared"}`); err != nil {
+	if _, err := cluster.InstallChart(ctx, cp, v.dir, "rdma", "rdma-system", `{"image":{"tag":"dev"},"sharing":"shared"}`); err != nil {
 		t.Fatal(err)
 	}
 	v.wait("the driver pod Ready", 5*time.Minute, func() (bool, string) {
@@ -173,8 +185,6 @@ func TestVMNode(t *testing.T) {
 	})
 	t.Logf("driver Ready %s after the chart's install", time.Since(installed).Round(100*time.Millisecond))
 
-	// The slice: rxe0 and rxe1 of the guest's kernel, with the capacities
-	// only a kernel with the rdma controller gets.
 	var handles string
 	v.wait("the node's ResourceSlice with rxe0's hcaHandles", 2*time.Minute, func() (bool, string) {
 		slices, err := cp.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
@@ -197,8 +207,14 @@ func TestVMNode(t *testing.T) {
 		return false, fmt.Sprintf("devices %v", seen)
 	})
 	t.Logf("rxe0 publishes hcaHandles %s", handles)
+}
 
-	// Two pods share rxe0: one claim consumes one hcaHandle, one asks none.
+// limits: two pods share rxe0, one claim consuming one hcaHandle, one
+// asking none. The chart's hook, run by containerd's runc, sets the first
+// container's rdma.max; each container reads its own and asks the kernel
+// for two verbs contexts.
+func (v *vmCluster) limits() {
+	t := v.t
 	script := `cg=$(cut -d: -f3 /proc/self/cgroup)
 { echo "rdma.max: $(grep rxe0 /sys/fs/cgroup${cg%/}/rdma.max)"
   RDMA_DRA_VM_HELPER=uverbs-contexts UVERBS=$(ls /dev/infiniband/uverbs*) N=2 ` + guestNodeTest + ` 2>&1
@@ -222,11 +238,14 @@ func TestVMNode(t *testing.T) {
 			}
 		}
 	}
+}
 
-	// Real bytes through the whole chain: two pods' claims share rxe0, the
-	// kubelet prepares them, containerd applies their CDI specs, and
-	// ibv_rc_pingpong (rdma-core from the tools image) runs between the
-	// containers with the GID index the driver put into their environment.
+// pingpong moves real bytes through the whole chain: two pods' claims
+// share rxe0, the kubelet prepares them, containerd applies their CDI
+// specs, and ibv_rc_pingpong (rdma-core from the tools image) runs between
+// the containers with the GID index the driver put into their environment.
+func (v *vmCluster) pingpong() {
+	t := v.t
 	const port = 18515
 	pingpong := fmt.Sprintf("ibv_rc_pingpong -d rxe0 -g \"$NCCL_IB_GID_INDEX\" -p %d -n 500 -s 4096", port)
 	head := `echo "NCCL_IB_GID_INDEX=$NCCL_IB_GID_INDEX devices: $(ls /dev/infiniband | tr '\n' ' ')"
@@ -235,7 +254,7 @@ o=$(ibv_devinfo -d rxe1 2>&1); echo "rxe1 (not claimed): exit $? $(echo "$o" | t
 	server := v.claimPod("pp-server", ToolsImageName, `{ `+head+pingpong+` 2>&1; echo "pingpong exit $?"; } > /dev/termination-log`, nil)
 	client := v.claimPod("pp-client", ToolsImageName, fmt.Sprintf(`{ `+head+`for i in $(seq 600); do grep -q ':%04X 00000000:0000 0A' /proc/net/tcp && break; sleep 0.1; done
 %s 127.0.0.1 2>&1; echo "pingpong exit $?"; } > /dev/termination-log`, port, pingpong), nil)
-	msgs = v.terminationMessages(server, client)
+	msgs := v.terminationMessages(server, client)
 	transfer := regexp.MustCompile(`(\d+) bytes in ([\d.]+) seconds = ([\d.]+) Mbit/sec`)
 	for _, pod := range []string{server, client} {
 		out := msgs[pod]
@@ -257,7 +276,6 @@ o=$(ibv_devinfo -d rxe1 2>&1); echo "rxe1 (not claimed): exit $? $(echo "$o" | t
 			t.Logf("%s: %s bytes in %s s = %s Mbit/s", pod, m[1], m[2], m[3])
 		}
 	}
-	failed = t.Failed()
 }
 
 // guestNodeConfigFile writes the guest's nodeguest.Config: the API server
@@ -284,34 +302,38 @@ func guestNodeConfigFile(dir string, cp *cluster.ControlPlane) (string, error) {
 	return p, os.WriteFile(p, b, 0o600)
 }
 
-// finishGuest tells the guest the host is done (failed: with its logs) and
-// waits for its tests to end, each reported as a subtest.
-func finishGuest(ctx context.Context, t *testing.T, cp *cluster.ControlPlane, failed bool, booted chan struct{}, res **Result, bootErr *error) {
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: vmNodeDone}, Data: map[string]string{"failed": fmt.Sprint(failed)}}
-	if _, err := cp.Client.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+// finish tells the guest the host is done (after a failure: print your
+// logs) and waits for its tests to end, each reported as a subtest.
+func (v *vmCluster) finish() {
+	t := v.t
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: vmNodeDone}, Data: map[string]string{"failed": fmt.Sprint(t.Failed())}}
+	if _, err := v.cp.Client.CoreV1().ConfigMaps("default").Create(v.ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Errorf("telling the guest the host is done: %v", err)
 		return
 	}
 	select {
-	case <-booted:
+	case <-v.booted:
 	case <-time.After(5 * time.Minute):
 		t.Errorf("the guest did not power off within 5 minutes of the host being done")
 		return
 	}
-	if *bootErr != nil {
-		t.Errorf("the VM: %v", *bootErr)
+	if v.bootErr != nil {
+		t.Errorf("the VM: %v", v.bootErr)
 		return
 	}
-	t.Logf("VM ran %v", (*res).Elapsed.Round(time.Second))
-	reportGuestTests(t, *res)
+	t.Logf("VM ran %v", v.res.Elapsed.Round(time.Second))
+	reportGuestTests(t, v.res)
 }
 
 // vmCluster is the host's side of the node in the guest.
 type vmCluster struct {
-	t      *testing.T
-	ctx    context.Context
-	cp     *cluster.ControlPlane
-	booted chan struct{}
+	t       *testing.T
+	ctx     context.Context
+	cp      *cluster.ControlPlane
+	dir     string
+	booted  chan struct{} // closed when the VM has ended, with res and bootErr
+	res     *Result
+	bootErr error
 }
 
 // wait polls cond every 250 ms until it holds; the guest powering off or
