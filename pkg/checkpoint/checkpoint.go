@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -59,6 +60,11 @@ type Device struct {
 	// pod's network namespace (exclusive netns mode), its netdevs go too.
 	MoveNetdev   bool     `json:"moveNetdev,omitempty"`
 	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
+	// MovedHCA is the HCA as discovered at prepare (the driver's JSON of
+	// it), kept where the claim's hook moves it into the pod's network
+	// namespace: while it is there the host's sysfs does not list it, and
+	// a restarted daemon has only this to publish it and rewrite the spec.
+	MovedHCA json.RawMessage `json:"movedHCA,omitempty"`
 }
 
 // PKey is a partition key and its index in the HCA's ports' tables.

@@ -8,6 +8,7 @@ package driver
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	gosort "slices"
 	"strings"
@@ -118,11 +119,13 @@ func (d *Driver) netnsModeChangedLocked(ctx context.Context, old, inv hca.Invent
 	d.rewriteSpecsLocked(logger, cp, func(c checkpoint.Claim) bool { return c.Network == string(cdi.NetworkPod) })
 }
 
-// keepMovedLocked carries over, from the last inventory, the HCAs that a
-// prepared claim moved into a pod's namespace: the host's class/infiniband
-// no longer lists them (it is per namespace in exclusive mode) while
-// class/infiniband_verbs still does (inv.Hidden). They are in use, not gone.
-func (d *Driver) keepMovedLocked(old hca.Inventory, inv *hca.Inventory) {
+// keepMovedLocked carries over the HCAs that a prepared claim moved into a
+// pod's namespace: the host's class/infiniband no longer lists them (it is
+// per namespace in exclusive mode) while class/infiniband_verbs still does
+// (inv.Hidden). They are in use, not gone. Each comes from the last
+// inventory or, in a daemon started while it was away, from the snapshot
+// the checkpoint took at prepare.
+func (d *Driver) keepMovedLocked(ctx context.Context, old hca.Inventory, inv *hca.Inventory) {
 	if inv.NetnsMode != hca.NetnsExclusive {
 		return
 	}
@@ -130,21 +133,39 @@ func (d *Driver) keepMovedLocked(old hca.Inventory, inv *hca.Inventory) {
 	if err != nil {
 		return
 	}
-	moved := map[string]string{} // ibdev -> claim
-	for _, c := range cp.Claims {
+	type holder struct {
+		claim    string
+		snapshot []byte
+	}
+	moved := map[string]holder{} // ibdev -> its claim
+	for _, uid := range sortedKeys(cp.Claims) {
+		c := cp.Claims[uid]
 		for _, dev := range c.Devices {
 			if c.Network == string(cdi.NetworkPod) && dev.IBDev != "" && dev.ShareID == "" {
-				moved[dev.IBDev] = c.Namespace + "/" + c.Name
+				moved[dev.IBDev] = holder{c.Namespace + "/" + c.Name, dev.MovedHCA}
 			}
 		}
 	}
-	for _, h := range old.HCAs {
-		claim, ok := moved[h.Name]
+	for _, name := range sortedKeys(moved) {
 		// Hidden: the verbs class still names it, so it is not unplugged.
-		if !ok || !gosort.Contains(inv.Hidden, h.Name) || gosort.ContainsFunc(inv.HCAs, func(n hca.HCA) bool { return n.Name == h.Name }) {
+		if !gosort.Contains(inv.Hidden, name) || gosort.ContainsFunc(inv.HCAs, func(n hca.HCA) bool { return n.Name == name }) {
 			continue
 		}
-		note := fmt.Sprintf("moved into the network namespace of the pod of claim %s: the host's sysfs does not list it until it returns", claim)
+		i := gosort.IndexFunc(old.HCAs, func(h hca.HCA) bool { return h.Name == name })
+		var h hca.HCA
+		switch {
+		case i >= 0:
+			h = old.HCAs[i]
+		case len(moved[name].snapshot) > 0:
+			if err := json.Unmarshal(moved[name].snapshot, &h); err != nil || h.Name != name {
+				klog.FromContext(ctx).Error(err, "The checkpoint's record of a moved HCA is unreadable; it is not published until it returns", "hca", name, "claim", moved[name].claim)
+				d.metrics.backgroundErrors.WithLabelValues("checkpoint").Inc()
+				continue
+			}
+		default:
+			continue // prepared by a daemon that kept no record
+		}
+		note := fmt.Sprintf("moved into the network namespace of the pod of claim %s: the host's sysfs does not list it until it returns", moved[name].claim)
 		if !gosort.Contains(h.Warnings, note) {
 			h.Warnings = append(gosort.Clone(h.Warnings), note)
 		}

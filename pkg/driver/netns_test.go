@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -370,6 +371,99 @@ func TestMovedHCA(t *testing.T) {
 	if view.calls != before {
 		t.Errorf("%d checks after a hostNetwork claim, want none", view.calls-before)
 	}
+}
+
+// A daemon restarted while an HCA is moved into a pod has never seen it:
+// the checkpoint's snapshot from the prepare keeps it published and its
+// claim's spec rewritten, and unprepare still works.
+func TestMovedHCAAcrossRestart(t *testing.T) {
+	t.Parallel()
+	e, view := exclusiveEnvWithView(t)
+	e.start()
+	c := e.claim("c", hostNetworkPod("p", false), one("mlx5-3"))
+	ids := e.mustPrepare(c)
+	specBefore := e.container(ids...)
+	restartWhileMoved(t, e, view, "mlx5_3", nil)
+
+	inv := e.drv.Inventory()
+	i := slices.IndexFunc(inv.HCAs, func(h hca.HCA) bool { return h.Name == "mlx5_3" })
+	if i < 0 || !inv.HCAs[i].Usable || inv.HCAs[i].Uverbs == nil || inv.HCAs[i].PCI == nil ||
+		!slices.ContainsFunc(inv.HCAs[i].Warnings, func(w string) bool { return strings.Contains(w, "pod of claim default/c") }) {
+		t.Fatalf("mlx5_3 after a restart while moved: HCAs %v", hcaNames(inv.HCAs))
+	}
+	if v := metricValue(t, e.metrics, "rdma_dra_background_errors_total", "kind", "cdi"); v != 0 {
+		t.Errorf("background_errors_total{kind=cdi} = %v after the restart: the moved HCA's spec was not rewritten", v)
+	}
+	if got := e.container(ids...); !reflect.DeepEqual(got.Linux.Devices, specBefore.Linux.Devices) || len(hooks(got)) != 1 {
+		t.Errorf("after the restart: devices %+v, hooks %q; before: devices %+v", got.Linux.Devices, hooks(got), specBefore.Linux.Devices)
+	}
+	if r := e.unprepare(ref(c))["uid-c"]; r.Error != "" {
+		t.Fatalf("unprepare: %s", r.Error)
+	}
+	// Unprepared, it is no longer carried: gone until the kernel returns it.
+	if err := e.drv.Rescan(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if names := hcaNames(e.drv.Inventory().HCAs); slices.Contains(names, "mlx5_3") {
+		t.Errorf("mlx5_3 still carried after its claim was unprepared: %v", names)
+	}
+}
+
+// A snapshot that does not describe its HCA is said and counted; the HCA
+// waits for its return, and the daemon starts.
+func TestMovedHCABadSnapshot(t *testing.T) {
+	t.Parallel()
+	e, view := exclusiveEnvWithView(t)
+	e.start()
+	c := e.claim("c", hostNetworkPod("p", false), one("mlx5-3"))
+	e.mustPrepare(c)
+	restartWhileMoved(t, e, view, "mlx5_3", func(cp *checkpoint.Checkpoint) {
+		cl := cp.Claims["uid-c"]
+		cl.Devices[0].MovedHCA = []byte(`{"Name":"mlx5_9"}`)
+		cp.Claims["uid-c"] = cl
+	})
+	if names := hcaNames(e.drv.Inventory().HCAs); slices.Contains(names, "mlx5_3") {
+		t.Errorf("mlx5_3 published from a snapshot of another HCA: %v", names)
+	}
+	if v := metricValue(t, e.metrics, "rdma_dra_background_errors_total", "kind", "checkpoint"); v != 1 {
+		t.Errorf("background_errors_total{kind=checkpoint} = %v, want 1", v)
+	}
+	if r := e.unprepare(ref(c))["uid-c"]; r.Error != "" {
+		t.Fatalf("unprepare: %s", r.Error)
+	}
+}
+
+func exclusiveEnvWithView(t *testing.T) (*env, *hostView) {
+	e := exclusiveEnv(t, false)
+	view := &hostView{node: e.node, held: map[string]bool{}}
+	e.hostRDMA = view
+	return e, view
+}
+
+// restartWhileMoved stops the daemon, moves ibdev out of the host's view
+// as the hook would, applies edit to the checkpoint, and starts a new one.
+func restartWhileMoved(t *testing.T, e *env, view *hostView, ibdev string, edit func(*checkpoint.Checkpoint)) {
+	t.Helper()
+	e.stop()
+	if err := os.Remove(filepath.Join(e.node.SysfsRoot, "class/infiniband", ibdev)); err != nil {
+		t.Fatal(err)
+	}
+	view.hold(ibdev, true)
+	if edit != nil {
+		if err := checkpoint.NewStore(e.checkpointPath()).Update(func(cp *checkpoint.Checkpoint) error { edit(cp); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.metrics = driver.NewMetrics()
+	e.start()
+}
+
+func hcaNames(hs []hca.HCA) []string {
+	var out []string
+	for _, h := range hs {
+		out = append(out, h.Name)
+	}
+	return out
 }
 
 // setSpecShared starts the node in shared mode ("Y"), before the driver.

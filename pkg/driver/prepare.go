@@ -4,6 +4,7 @@ package driver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -158,6 +159,11 @@ func (d *Driver) resolveLocked(ctx context.Context, claim *resourceapi.ResourceC
 		dev.MoveNetdev = *cfg.MoveNetdev
 		if err := d.checkMoveLocked(c, dev); err != nil {
 			return c, err
+		}
+		if d.movesLocked(c, dev) {
+			if dev.MovedHCA, err = json.Marshal(h); err != nil {
+				return c, fmt.Errorf("device %s (%s): recording it before it moves: %w", r.Device, h.Name, err)
+			}
 		}
 		if holder := holderOf(dev, c.UID, cp, pending); holder != "" {
 			return c, fmt.Errorf("device %s (%s) is already prepared for claim %s; refusing to hand one HCA to two claims", r.Device, h.Name, holder)

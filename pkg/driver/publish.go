@@ -32,7 +32,7 @@ func (d *Driver) rescan(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	d.mu.Lock()
-	d.keepMovedLocked(d.inv, &inv)
+	d.keepMovedLocked(ctx, d.inv, &inv)
 	byDevice := rslices.Published(inv)
 	// The first inventory always counts as a change, even an empty one: the
 	// device-plugin shim waits for it.
