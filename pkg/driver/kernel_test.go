@@ -173,6 +173,69 @@ func TestAddressEventsRescan(t *testing.T) {
 	}
 }
 
+// signalingInventory tells, after each discovery, that one has finished.
+type signalingInventory struct {
+	Inventory
+	done chan struct{}
+}
+
+func (c signalingInventory) Discover() (hca.Inventory, error) {
+	inv, err := c.Inventory.Discover()
+	select {
+	case c.done <- struct{}{}:
+	default:
+	}
+	return inv, err
+}
+
+// The kernel may fill the GID table after the rescan an address event
+// caused: the follower rescans once more, with no further event.
+func TestAddressEventsRecheck(t *testing.T) {
+	t.Parallel()
+	events := make(chan kevents.Event, 4)
+	scanned := make(chan struct{}, 1)
+	d, node := newTestDriverOn(t, 0, events, func(inv Inventory) Inventory { return signalingInventory{inv, scanned} })
+	pub := make(gidIndexPublisher, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := d.SetPublisher(ctx, pub); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-pub; got != 1 {
+		t.Fatalf("first publish has roceGIDIndex %d, want 1 (softroce preset)", got)
+	}
+	go d.Run(ctx)
+	select {
+	case <-scanned: // New's discovery
+	default:
+	}
+	events <- kevents.Event{Source: kevents.Address, Action: "newaddr", Subsystem: "net", Name: "eth0", Index: 2, Address: "192.168.122.11/24"}
+	select {
+	case <-scanned: // the rescan the event caused, over before the table changes
+	case <-time.After(20 * time.Second):
+		t.Fatal("no rescan within 20 s of the address event")
+	}
+	port := filepath.Join(node.IBDevDir("rxe0"), "ports", "1")
+	for rel, content := range map[string]string{
+		"gids/1":            "0000:0000:0000:0000:0000:0000:0000:0000",
+		"gids/3":            "0000:0000:0000:0000:0000:ffff:c0a8:7a0b",
+		"gid_attrs/types/3": "RoCE v2",
+		"gid_attrs/ndevs/3": "eth0",
+	} {
+		if err := os.WriteFile(filepath.Join(port, rel), []byte(content+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case got := <-pub:
+		if got != 3 {
+			t.Errorf("published roceGIDIndex %d after the recheck, want 3", got)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no publish within 20 s: the GID table filled after the event's rescan was never read")
+	}
+}
+
 // BenchmarkKernelEventToPublish measures a netdev rename reaching the
 // published slice through a real kernel event: the benchmark renames the
 // netdev in the simulated sysfs, then flips a link in a private network

@@ -7,6 +7,7 @@ package guest
 // driver's gRPC socket.
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"path/filepath"
@@ -58,6 +59,8 @@ type nodeConfig struct {
 	// exclusive netns mode needs it. hostRDMA: unprepare checks moved
 	// HCAs came back over RDMA netlink.
 	pods, hostRDMA bool
+	// rescan is the periodic rescan (default 10 s).
+	rescan time.Duration
 }
 
 // podGetter reads pods from the fake API client.
@@ -116,7 +119,7 @@ func startNode(t *testing.T, nc nodeConfig) *node {
 	deps.KernelEvents = w.Events()
 	drv, err := driver.New(ctx, driver.Config{
 		DriverName: driverName, NodeName: nodeName, HostDevRoot: "/dev",
-		AllowNonHostNetwork: true, RescanInterval: 10 * time.Second,
+		AllowNonHostNetwork: true, RescanInterval: cmp.Or(nc.rescan, 10*time.Second),
 		Shares: nc.shares, LegacyShares: nc.legacyShares,
 		TaintUnhealthy: true, PortPollInterval: 250 * time.Millisecond,
 		HCAHandles: nc.hcaHandles, HCAObjects: nc.hcaObjects, HookPath: nc.hookPath,
