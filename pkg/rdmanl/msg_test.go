@@ -87,7 +87,7 @@ func TestEncodeRequest(t *testing.T) {
 		3, 0, 0, 0,
 	}
 	if nat.Uint16([]byte{1, 0}) != 1 {
-		t.Skip("needs a little-endian host (the expected bytes are little-endian; this host is big-endian)")
+		t.Skip("this host's CPU is big-endian: the expected bytes are for a little-endian CPU (amd64, arm64), which this test waits for")
 	}
 	if !bytes.Equal(got, want) {
 		t.Errorf("port dump request:\n got % x\nwant % x", got, want)

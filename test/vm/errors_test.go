@@ -13,13 +13,13 @@ import (
 
 func TestVMFailuresNameTheCause(t *testing.T) {
 	if os.Getenv("RDMA_DRA_VM") == "0" {
-		t.Skip("needs the VM suite, which RDMA_DRA_VM=0 turned off")
+		t.Skip("the environment sets RDMA_DRA_VM=0: the VM suite is switched off on this machine")
 	}
 	if ok, why := Available(); !ok {
-		t.Skip("needs QEMU able to boot a VM here: " + why)
+		t.Skip("no VM on this machine: " + why)
 	}
 	if os.Getenv("RDMA_DRA_VM_RUN") != "" || os.Getenv("RDMA_DRA_VM_SHELL") != "" {
-		t.Skip("needs the whole VM suite; RDMA_DRA_VM_RUN/RDMA_DRA_VM_SHELL select guest tests only")
+		t.Skip("the environment sets RDMA_DRA_VM_RUN or RDMA_DRA_VM_SHELL, which select guest tests only")
 	}
 	cacheDir, err := DefaultCacheDir()
 	if err != nil {

@@ -25,10 +25,10 @@ const bootTimeout = 9 * time.Minute
 
 func TestVM(t *testing.T) {
 	if os.Getenv("RDMA_DRA_VM") == "0" {
-		t.Skip("RDMA_DRA_VM=0")
+		t.Skip("the environment sets RDMA_DRA_VM=0: the VM suite is switched off on this machine")
 	}
 	if ok, why := Available(); !ok {
-		t.Skip("no VM: " + why)
+		t.Skip("no VM on this machine: " + why)
 	}
 	ctx := context.Background()
 	cacheDir, err := DefaultCacheDir()
@@ -158,7 +158,7 @@ func reportGuestTests(t *testing.T, res *Result) {
 				failed = true
 				t.Fail()
 			case "SKIP":
-				t.Skip("skipped in the guest")
+				t.Skip("skipped in the guest: " + skipReason(g.Output))
 			case "":
 				failed = true
 				t.Errorf("%s never finished in the guest; guest output after it:\n%s", g.Name, strings.Join(rest, "\n"))
@@ -171,6 +171,17 @@ func reportGuestTests(t *testing.T, res *Result) {
 	if res.ExitCode != 0 && !failed {
 		t.Errorf("guest test binary exited %d:\n%s", res.ExitCode, strings.Join(rest, "\n"))
 	}
+}
+
+// skipReason is the guest's own skip line (its last output line before
+// the "--- SKIP" verdict), which names what the guest lacked.
+func skipReason(output []string) string {
+	for i := len(output) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(output[i]); l != "" && !strings.HasPrefix(l, "--- SKIP") {
+			return l
+		}
+	}
+	return "the guest gave no reason"
 }
 
 // chooseAccel follows RDMA_DRA_VM_ACCEL=tcg|kvm|auto (auto, the default:

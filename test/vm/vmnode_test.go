@@ -59,10 +59,10 @@ func TestVMNode(t *testing.T) {
 // the VM and waits for its node to be Ready.
 func startVMNode(t *testing.T) *vmCluster {
 	if os.Getenv("RDMA_DRA_VM") == "0" {
-		t.Skip("RDMA_DRA_VM=0")
+		t.Skip("the environment sets RDMA_DRA_VM=0: the VM suite is switched off on this machine")
 	}
 	if ok, why := Available(); !ok {
-		t.Skip("no VM: " + why)
+		t.Skip("no VM on this machine: " + why)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

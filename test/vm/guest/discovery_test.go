@@ -126,7 +126,7 @@ func TestDiscoveryMatchesKernelTools(t *testing.T) {
 		t.Fatalf("devices: discovery %v, rdma dev %v, /init made %v", got, want, rdmaDevices())
 	}
 	if ok, why := siwBuilt(); !ok {
-		t.Run("siw0", func(t *testing.T) { t.Skip("needs siw.ko, which could not be built here: " + why) })
+		t.Run("siw0", func(t *testing.T) { t.Skip("siw.ko is missing from the guest: " + why) })
 	}
 
 	// rdma system: "netns shared copy-on-fork on".

@@ -19,7 +19,7 @@ import (
 func inGuest(t *testing.T) {
 	t.Helper()
 	if os.Getenv("RDMA_DRA_VM_GUEST") != "1" {
-		t.Skip("needs the VM booted by test/vm (RDMA_DRA_VM_GUEST=1 is not set: this is not the guest)")
+		t.Skip("not in the test/vm guest (RDMA_DRA_VM_GUEST=1 is missing from the environment): these tests need its Soft-RoCE kernel")
 	}
 }
 

@@ -32,7 +32,7 @@ func hookPath(t *testing.T) string {
 	t.Helper()
 	p := os.Getenv("RDMA_DRA_VM_HOOK")
 	if p == "" {
-		t.Skip("needs rdma-dra-hook in the guest image (RDMA_DRA_VM_HOOK is not set)")
+		t.Skip("rdma-dra-hook is missing from the guest image (RDMA_DRA_VM_HOOK is not set)")
 	}
 	if _, err := os.Stat(p); err != nil {
 		t.Skipf("rdma-dra-hook is not in the image: %v", err)

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 func TestNode(t *testing.T) {
 	path := os.Getenv(ConfigEnv)
 	if path == "" {
-		t.Skip("needs the VM booted by TestVMNode (" + ConfigEnv + " is not set: this is not its guest)")
+		t.Skip("not in TestVMNode's guest (" + ConfigEnv + " is missing from the environment): this test runs the node there")
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
