@@ -14,6 +14,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/kevents"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/kevents/keventstest"
 )
@@ -138,39 +139,11 @@ func (p gidIndexPublisher) PublishResources(_ context.Context, res resourceslice
 func TestAddressEventsRescan(t *testing.T) {
 	t.Parallel()
 	events := make(chan kevents.Event, 4)
-	d, node := newTestDriverOn(t, 0, events, nil)
-	pub := make(gidIndexPublisher, 16)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	if err := d.SetPublisher(ctx, pub); err != nil {
-		t.Fatal(err)
-	}
-	if got := <-pub; got != 1 {
-		t.Fatalf("first publish has roceGIDIndex %d, want 1 (softroce preset)", got)
-	}
-	go d.Run(ctx)
-
-	port := filepath.Join(node.IBDevDir("rxe0"), "ports", "1")
-	for rel, content := range map[string]string{
-		"gids/1":            "0000:0000:0000:0000:0000:0000:0000:0000",
-		"gids/3":            "0000:0000:0000:0000:0000:ffff:c0a8:7a0b", // 192.168.122.11
-		"gid_attrs/types/3": "RoCE v2",
-		"gid_attrs/ndevs/3": "eth0",
-	} {
-		if err := os.WriteFile(filepath.Join(port, rel), []byte(content+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pub, node := followGIDs(t, events, nil)
+	moveRoCEGID(t, node)
 	events <- kevents.Event{Source: kevents.Address, Action: "deladdr", Subsystem: "net", Name: "eth0", Index: 2, Address: "192.168.122.10/24"}
 	events <- kevents.Event{Source: kevents.Address, Action: "newaddr", Subsystem: "net", Name: "eth0", Index: 2, Address: "192.168.122.11/24"}
-	select {
-	case got := <-pub:
-		if got != 3 {
-			t.Errorf("published roceGIDIndex %d after the address change, want 3", got)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("no publish within 20 s of the address events")
-	}
+	wantGIDIndex3(t, pub, "no publish within 20 s of the address events")
 }
 
 // signalingInventory tells, after each discovery, that one has finished.
@@ -194,17 +167,7 @@ func TestAddressEventsRecheck(t *testing.T) {
 	t.Parallel()
 	events := make(chan kevents.Event, 4)
 	scanned := make(chan struct{}, 1)
-	d, node := newTestDriverOn(t, 0, events, func(inv Inventory) Inventory { return signalingInventory{inv, scanned} })
-	pub := make(gidIndexPublisher, 16)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	if err := d.SetPublisher(ctx, pub); err != nil {
-		t.Fatal(err)
-	}
-	if got := <-pub; got != 1 {
-		t.Fatalf("first publish has roceGIDIndex %d, want 1 (softroce preset)", got)
-	}
-	go d.Run(ctx)
+	pub, node := followGIDs(t, events, func(inv Inventory) Inventory { return signalingInventory{inv, scanned} })
 	select {
 	case <-scanned: // New's discovery
 	default:
@@ -215,10 +178,37 @@ func TestAddressEventsRecheck(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("no rescan within 20 s of the address event")
 	}
+	moveRoCEGID(t, node)
+	wantGIDIndex3(t, pub, "no publish within 20 s: the GID table filled after the event's rescan was never read")
+}
+
+// followGIDs runs a driver on the softroce preset, its periodic rescan an
+// hour away and port polling off, past its first publish (roceGIDIndex 1):
+// only kernel events on the channel make it publish again.
+func followGIDs(t *testing.T, events chan kevents.Event, wrap func(Inventory) Inventory) (gidIndexPublisher, *hcatest.Node) {
+	t.Helper()
+	d, node := newTestDriverOn(t, 0, events, wrap)
+	pub := make(gidIndexPublisher, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := d.SetPublisher(ctx, pub); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-pub; got != 1 {
+		t.Fatalf("first publish has roceGIDIndex %d, want 1 (softroce preset)", got)
+	}
+	go d.Run(ctx)
+	return pub, node
+}
+
+// moveRoCEGID moves rxe0's RoCE v2 GID from slot 1 to slot 3, as the
+// kernel does when eth0's address changes to 192.168.122.11.
+func moveRoCEGID(t *testing.T, node *hcatest.Node) {
+	t.Helper()
 	port := filepath.Join(node.IBDevDir("rxe0"), "ports", "1")
 	for rel, content := range map[string]string{
 		"gids/1":            "0000:0000:0000:0000:0000:0000:0000:0000",
-		"gids/3":            "0000:0000:0000:0000:0000:ffff:c0a8:7a0b",
+		"gids/3":            "0000:0000:0000:0000:0000:ffff:c0a8:7a0b", // 192.168.122.11
 		"gid_attrs/types/3": "RoCE v2",
 		"gid_attrs/ndevs/3": "eth0",
 	} {
@@ -226,13 +216,18 @@ func TestAddressEventsRecheck(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// wantGIDIndex3 waits for the next publish: the moved GID's index.
+func wantGIDIndex3(t *testing.T, pub gidIndexPublisher, none string) {
+	t.Helper()
 	select {
 	case got := <-pub:
 		if got != 3 {
-			t.Errorf("published roceGIDIndex %d after the recheck, want 3", got)
+			t.Errorf("published roceGIDIndex %d, want 3 (the moved GID)", got)
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatal("no publish within 20 s: the GID table filled after the event's rescan was never read")
+		t.Fatal(none)
 	}
 }
 

@@ -198,7 +198,7 @@ func goCmd(dir string, env []string, args ...string) error {
 	cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0"), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, lastLines(string(out), 30))
+		return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, LastLines(string(out), 30))
 	}
 	return nil
 }
@@ -265,8 +265,8 @@ func Check() error {
 	return nil
 }
 
-// lastLines is the tail of s, for error messages.
-func lastLines(s string, n int) string {
+// LastLines is the last n lines of s, for error messages and logs.
+func LastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]

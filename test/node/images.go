@@ -92,7 +92,7 @@ func BuildDriverImage(dir string) (string, error) {
 	cmd := exec.Command("make", "-s", "-C", cluster.RepoRoot(), "image", "BIN="+dir, "IMAGE_TAR="+tarball, "IMAGE="+DriverImage)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("make image: %v\n%s", err, lastLines(string(out), 30))
+		return "", fmt.Errorf("make image: %v\n%s", err, LastLines(string(out), 30))
 	}
 	return tarball, nil
 }

@@ -529,7 +529,7 @@ func (p *process) exited() error {
 	select {
 	case <-p.done:
 		b, _ := os.ReadFile(p.log)
-		return fmt.Errorf("%s exited (%v); last lines of %s:\n%s", p.name, p.err, p.log, lastLines(string(b), 25))
+		return fmt.Errorf("%s exited (%v); last lines of %s:\n%s", p.name, p.err, p.log, LastLines(string(b), 25))
 	default:
 		return nil
 	}
@@ -647,7 +647,7 @@ func (n *Node) waitFor(ctx context.Context, what string, d time.Duration, p *pro
 		}
 		if time.Now().After(deadline) {
 			b, _ := os.ReadFile(p.log)
-			return fmt.Errorf("waiting for %s: not after %s; last lines of %s:\n%s", what, d, p.log, lastLines(string(b), 25))
+			return fmt.Errorf("waiting for %s: not after %s; last lines of %s:\n%s", what, d, p.log, LastLines(string(b), 25))
 		}
 		select {
 		case <-ctx.Done():
@@ -723,7 +723,7 @@ func (n *Node) Stop() {
 		for _, name := range []string{"containerd", "kubelet"} {
 			if p := procs[name]; p != nil {
 				b, _ := os.ReadFile(p.log)
-				n.tb.Logf("node %s: last lines of %s:\n%s", n.Name, p.log, lastLines(string(b), 40))
+				n.tb.Logf("node %s: last lines of %s:\n%s", n.Name, p.log, LastLines(string(b), 40))
 			}
 		}
 	}

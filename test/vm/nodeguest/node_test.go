@@ -87,19 +87,11 @@ func TestNode(t *testing.T) {
 // container's log.
 func logNode(t *testing.T, n *node.Node) {
 	for _, c := range []string{"kubelet", "containerd"} {
-		t.Logf("%s's last lines:\n%s", c, lastLines(n.Logs(c), 60))
+		t.Logf("%s's last lines:\n%s", c, node.LastLines(n.Logs(c), 60))
 	}
 	logs, _ := filepath.Glob(filepath.Join(n.Dir, "var-log", "pods", "*", "*", "*.log"))
 	for _, l := range logs {
 		b, _ := os.ReadFile(l)
-		t.Logf("%s:\n%s", strings.TrimPrefix(l, n.Dir), lastLines(string(b), 40))
+		t.Logf("%s:\n%s", strings.TrimPrefix(l, n.Dir), node.LastLines(string(b), 40))
 	}
-}
-
-func lastLines(s string, k int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > k {
-		lines = lines[len(lines)-k:]
-	}
-	return strings.Join(lines, "\n")
 }
