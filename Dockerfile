@@ -5,7 +5,11 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/...
+ARG VERSION
+ARG COMMIT
+RUN CGO_ENABLED=0 go build -trimpath -o /out/ \
+    -ldflags="-s -w -X github.com/rdma-dra/rdma-dra-driver/internal/version.version=${VERSION:-$(cat VERSION)} -X github.com/rdma-dra/rdma-dra-driver/internal/version.commit=${COMMIT}" \
+    ./cmd/...
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ /usr/bin/

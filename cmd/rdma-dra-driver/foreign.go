@@ -30,7 +30,7 @@ func newForeignAdvertiser(client kubernetes.Interface, o *options, reg metrics.K
 	g := metrics.NewGauge(&metrics.GaugeOpts{Namespace: "rdma_dra", Name: "foreign_legacy_resource",
 		Help: "1 while the node advertises the legacy resource (rdma/hca) from another device plugin in a way that conflicts with this daemon's mode.", StabilityLevel: metrics.ALPHA})
 	reg.MustRegister(g)
-	return &foreignAdvertiser{client: client, node: o.nodeName, resource: o.legacyResourceName, route: o.legacyRoute, share: o.sharing, gauge: g}
+	return &foreignAdvertiser{client: client, node: o.nodeName, resource: o.legacyResourceName, route: string(o.legacyRoute), share: string(o.sharing), gauge: g}
 }
 
 // check GETs the Node once and returns the problem, "" if none.

@@ -117,8 +117,9 @@ func TestSocketHealth(t *testing.T) {
 
 func TestValidateModes(t *testing.T) {
 	tests := []struct {
-		sharing, legacy string
-		wantErr         string
+		sharing sharingMode
+		legacy  legacyMode
+		wantErr string
 	}{
 		{sharing: "exclusive", legacy: "off"},
 		{sharing: "shared", legacy: "off"},
@@ -130,7 +131,7 @@ func TestValidateModes(t *testing.T) {
 		{sharing: "sometimes", legacy: "off", wantErr: `--sharing="sometimes": want exclusive or shared`},
 	}
 	for _, tt := range tests {
-		o := &options{sharing: tt.sharing, legacyRoute: tt.legacy, sharesPerHCA: 1000, legacyShares: 1000}
+		o := &options{sharing: tt.sharing, legacyRoute: tt.legacy, sharesPerHCA: 1000, legacyShares: 1000, hookPath: "/opt/rdma-dra-driver/bin/rdma-dra-hook"}
 		err := validateModes(o)
 		if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
 			t.Errorf("--sharing=%s --legacy=%s: err %v, want %q", tt.sharing, tt.legacy, err, tt.wantErr)

@@ -4,16 +4,24 @@
 // cgroup exists and before its process runs), with the container's state
 // on stdin.
 //
-//	rdma-dra-hook netns --device=mlx5_0 [--netdev=ens1f0np0 ...]
+//	rdma-dra-hook netns --device=mlx5_0 [--move-netdevs [--node-ip=10.0.0.5 ...]]
 //
-// moves the RDMA device (and the named netdevs) into the container's
-// network namespace, for nodes whose RDMA subsystem is in exclusive netns
-// mode. A device already in that namespace (the pod's second container)
-// is success; one in any other namespace is an error.
+// moves the RDMA device (and its ports' netdevs, found by ifindex when the
+// hook runs) into the container's network namespace, for nodes whose RDMA
+// subsystem is in exclusive netns mode. A device already in that
+// namespace (the pod's second container) is success; one in any other
+// namespace is an error. A netdev carrying the node's default route or
+// holding its InternalIP never moves. --netdev=<name>, from specs of
+// older drivers, is checked against the kernel and implies --move-netdevs.
 //
 //	rdma-dra-hook limit --device=mlx5_0 --hca-handle=1 --hca-object=max
 //
 // sets the container's rdma.max line for the device and reads it back.
+//
+//	rdma-dra-hook hostnet --device=mlx5_0 [--device=mlx5_1 ...]
+//
+// refuses a container that is not in the node's network namespace (the
+// hostNetwork switch, checked at every container start; see hostnet.go).
 //
 // It fails closed: any error exits non-zero with a message naming the HCA
 // (and the kernel's answer), and the runtime then refuses to start the
@@ -36,21 +44,23 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdin, deps{fs: rdmacg.FS{Root: "/"}, openNetns: openHostNetns}); err != nil {
+	if err := run(os.Args[1:], os.Stdin, deps{fs: rdmacg.FS{Root: "/"}, openNetns: openHostNetns, log: os.Stderr}); err != nil {
 		fmt.Fprintln(os.Stderr, "rdma-dra-hook:", err)
 		os.Exit(1)
 	}
 }
 
-// deps is what the subcommands touch: cgroupfs, and the kernel's network
-// namespaces.
+// deps is what the subcommands touch: cgroupfs, the kernel's network
+// namespaces, and where to say what moved (the runtime's log of the hook).
 type deps struct {
 	fs        rdmacg.FS
 	openNetns func(pid int) (netnsKernel, error)
+	log       io.Writer // nil: discarded
 }
 
-const usage = "usage: rdma-dra-hook netns --device=<ibdev> [--netdev=<name>]... | " +
-	"limit --device=<ibdev> --hca-handle=<n|max> --hca-object=<n|max> (OCI state on stdin) | " +
+const usage = "usage: rdma-dra-hook netns --device=<ibdev> [--move-netdevs] [--node-ip=<ip>]... | " +
+	"limit --device=<ibdev> --hca-handle=<n|max> --hca-object=<n|max> | " +
+	"hostnet --device=<ibdev>... (OCI state on stdin) | " +
 	"install <host dir>"
 
 func run(args []string, stdin io.Reader, d deps) error {
@@ -61,11 +71,17 @@ func run(args []string, stdin io.Reader, d deps) error {
 	case "limit":
 		return limit(args[1:], stdin, d.fs)
 	case "netns":
-		return netns(args[1:], stdin, d.openNetns)
+		log := d.log
+		if log == nil {
+			log = io.Discard
+		}
+		return netns(args[1:], stdin, d.openNetns, log)
+	case "hostnet":
+		return hostnet(args[1:], stdin, d.openNetns)
 	case "install":
 		return install(args[1:], os.Executable)
 	}
-	return fmt.Errorf("unknown command %q (want: netns, limit, install)", args[0])
+	return fmt.Errorf("unknown command %q (want: netns, limit, hostnet, install)", args[0])
 }
 
 func limit(args []string, stdin io.Reader, fsys rdmacg.FS) error {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/rdma-dra/rdma-dra-driver/internal/hookbin"
+
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,17 +81,30 @@ func TestInstall(t *testing.T) {
 	}
 	dst := filepath.Join(dir, "host", "opt", "bin")
 	self := func() (string, error) { return src, nil }
-	for range 2 { // a reinstall replaces the file
+	for range 2 { // a reinstall replaces the files
 		if err := install([]string{dst}, self); err != nil {
 			t.Fatal(err)
 		}
 	}
-	fi, err := os.Stat(filepath.Join(dst, "rdma-dra-hook"))
-	if err != nil || fi.Mode().Perm() != 0o755 || fi.Size() != 9 {
-		t.Fatalf("installed hook: %v, %v", fi, err)
+	// An older release's hook, pinned before: the new install keeps it.
+	old := filepath.Join(dst, hookbin.Pinned([]byte("old hook")))
+	if err := os.WriteFile(old, []byte("old hook"), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	if left, _ := filepath.Glob(filepath.Join(dst, "*")); len(left) != 1 {
-		t.Errorf("install left %v, want only the hook", left)
+	if err := install([]string{dst}, self); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"rdma-dra-hook", hookbin.Pinned([]byte("\x7fELF hook"))} {
+		fi, err := os.Stat(filepath.Join(dst, name))
+		if err != nil || fi.Mode().Perm() != 0o755 || fi.Size() != 9 {
+			t.Fatalf("installed hook %s: %v, %v", name, fi, err)
+		}
+	}
+	if b, err := os.ReadFile(old); err != nil || string(b) != "old hook" {
+		t.Errorf("the older release's pinned hook after an install: %q, %v", b, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dst, "*")); len(left) != 3 {
+		t.Errorf("install left %v, want the plain hook, its pinned copy and the older pinned hook", left)
 	}
 	for _, args := range [][]string{nil, {"relative/dir"}, {"/a", "/b"}} {
 		if err := install(args, self); err == nil || !strings.Contains(err.Error(), "absolute directory") {

@@ -3,8 +3,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
 
 	"golang.org/x/sys/unix"
@@ -86,21 +89,56 @@ func (h *hostNetns) moveRDMA(dev rdmanl.Device) error {
 	return c.MoveToNetns(dev, int(h.ns.Fd()))
 }
 
-func (h *hostNetns) netdev(s side, name string) (bool, error) {
-	c, err := dial(h, s, rdmanl.DialRoute)
+func (h *hostNetns) ports(s side, dev rdmanl.Device) ([]rdmanl.Port, error) {
+	c, err := dial(h, s, rdmanl.Dial)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	defer c.Close()
-	_, ok, err := c.LinkIndex(name)
-	return ok, err
+	return c.Ports(dev)
 }
 
-func (h *hostNetns) moveNetdev(name string) error {
+func (h *hostNetns) hostLinks() ([]rdmanl.Link, error) {
+	c, err := rdmanl.DialRoute()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return c.Links()
+}
+
+// parentDevice reads the device link of the host's sysfs (the hook runs
+// in the runtime's mount namespace): the PCI function of an mlx5 HCA,
+// none for rxe and siw.
+func (h *hostNetns) parentDevice(ibdev string) (string, error) {
+	dir := "/sys/class/infiniband/" + ibdev
+	if _, err := os.Stat(dir); err != nil {
+		return "", err // RDMA netlink just listed it: this is not the host's sysfs
+	}
+	target, err := os.Readlink(dir + "/device")
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return filepath.Base(target), nil
+}
+
+func (h *hostNetns) nodeUse(index int, nodeIPs []netip.Addr) (string, error) {
+	c, err := rdmanl.DialRoute()
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	return c.NodeUse(index, nodeIPs)
+}
+
+func (h *hostNetns) moveLink(index int) error {
 	c, err := rdmanl.DialRoute()
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	return c.MoveLink(name, int(h.ns.Fd()))
+	return c.MoveLinkIndex(index, int(h.ns.Fd()))
 }

@@ -2,7 +2,7 @@
 // them, and writes simulated nodes for tests and demos.
 //
 //	rdmactl simulate --preset dgx-h100 --root /tmp/node
-//	rdmactl discover --sysfs-root /tmp/node/sys --dev-root /tmp/node/dev -o table|json|yaml
+//	rdmactl discover --sysfs-root /tmp/node/sys --dev-root /tmp/node/dev -o table|wide|json|yaml
 //	rdmactl discover --netlink=off   # sysfs only, even on this host's /sys
 package main
 
@@ -13,23 +13,27 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/rdma-dra/rdma-dra-driver/internal/version"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmanl"
-	"github.com/rdma-dra/rdma-dra-driver/pkg/slices"
 )
 
 const usage = `rdmactl: inspect RDMA devices as the rdma.dra.dev driver sees them.
 
 Commands:
-  discover   list the node's HCAs (-o table), or print the ResourceSlice the driver would publish (-o json|yaml)
+  discover   list the node's HCAs (-o table; -o wide adds every field of each and where it lives: slice or
+             metadata file), or print the ResourceSlice the driver would publish (-o json|yaml)
   simulate   write a simulated RDMA node (sysfs and /dev) under a directory
+  version    print the version, commit and Go version
 
 Run "rdmactl <command> -h" for a command's flags.
 `
@@ -51,6 +55,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return discover(args[1:], stdout, stderr)
 	case "simulate":
 		return simulate(args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "rdmactl", version.Get())
+		return nil
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -91,7 +98,7 @@ func discover(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	sysfsRoot := fs.String("sysfs-root", "/sys", "sysfs to read")
 	devRoot := fs.String("dev-root", "/dev", "where device nodes live")
-	output := fs.String("o", "table", "output: table, json or yaml")
+	output := fs.String("o", "table", "output: table, wide (the table and every field of each HCA, with where it lives), json or yaml")
 	nodeName := fs.String("node-name", "", "node name for the ResourceSlice (default: this host's name)")
 	driverName := fs.String("driver-name", "rdma.dra.dev", "DRA driver name (attribute domain)")
 	netlink := fs.String("netlink", "auto", "ask the kernel's RDMA netlink for the netns mode and port netdevs: "+
@@ -124,6 +131,11 @@ func discover(args []string, stdout, stderr io.Writer) error {
 	switch *output {
 	case "table":
 		return printTable(stdout, inv)
+	case "wide":
+		if err := printTable(stdout, inv); err != nil {
+			return err
+		}
+		return printFields(stdout, inv, devices.Options{DriverName: *driverName})
 	case "json", "yaml":
 		name := *nodeName
 		if name == "" {
@@ -131,9 +143,9 @@ func discover(args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 		}
-		return printSlices(stdout, *output, slices.ResourceSlices(name, inv, slices.Options{DriverName: *driverName}))
+		return printSlices(stdout, *output, devices.ResourceSlices(name, inv, devices.Options{DriverName: *driverName}))
 	}
-	return fmt.Errorf("unknown output %q: want table, json or yaml", *output)
+	return fmt.Errorf("unknown output %q: want table, wide, json or yaml", *output)
 }
 
 func printTable(w io.Writer, inv hca.Inventory) error {
@@ -167,7 +179,7 @@ func printTable(w io.Writer, inv hca.Inventory) error {
 		if h.Uverbs != nil {
 			uverbs = h.Uverbs.Name
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", slices.DeviceName(h.Name), h.Name,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", devices.DeviceName(h.Name), h.Name,
 			orDash(h.Model), link, rate, state, numa, root, netdev, uverbs)
 	}
 	if err := tw.Flush(); err != nil {
@@ -181,6 +193,60 @@ func printTable(w io.Writer, inv hca.Inventory) error {
 	}
 	fmt.Fprintln(w, netnsLine(inv))
 	return nil
+}
+
+// printFields prints every field the driver knows of each published HCA,
+// as its metadata file has them, and where each lives: "slice" (the
+// ResourceSlice, for selectors, and the metadata file) or "metadata" (the
+// metadata file only). docs/attributes.md says why.
+func printFields(w io.Writer, inv hca.Inventory, opts devices.Options) error {
+	pub := devices.Published(inv)
+	for _, name := range sortedNames(pub) {
+		h := pub[name]
+		fmt.Fprintf(w, "\n%s (%s)\n", name, h.Name)
+		tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+		fmt.Fprintln(tw, "  FIELD\tVALUE\tWHERE")
+		fields := devices.Metadata(h, inv.NetnsMode, "", opts)
+		keys := make([]string, 0, len(fields))
+		for k := range fields {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			where := "metadata"
+			if devices.InSlice(k, opts) {
+				where = "slice"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", k, attrValue(fields[k]), where)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sortedNames(m map[string]hca.HCA) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func attrValue(a resourceapi.DeviceAttribute) string {
+	switch {
+	case a.StringValue != nil:
+		return *a.StringValue
+	case a.IntValue != nil:
+		return fmt.Sprint(*a.IntValue)
+	case a.BoolValue != nil:
+		return fmt.Sprint(*a.BoolValue)
+	case a.VersionValue != nil:
+		return *a.VersionValue
+	}
+	return "-"
 }
 
 // netnsLine says the RDMA netns mode and where it was read.

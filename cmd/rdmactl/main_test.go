@@ -149,3 +149,49 @@ func TestDiscoverSoftRoCE(t *testing.T) {
 		})
 	}
 }
+
+// TestDiscoverWide: -o wide shows every field the driver knows of each
+// HCA, those kept out of the slice too, each with where it lives, and
+// agrees with -o yaml on what the slice has.
+func TestDiscoverWide(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "node")
+	if _, _, err := rdmactl(t, "simulate", "--preset", "rxe", "--root", root); err != nil {
+		t.Fatal(err)
+	}
+	out, warnings, err := rdmactl(t, "discover", "--sysfs-root", root+"/sys", "--dev-root", root+"/dev", "-o", "wide")
+	if err != nil || warnings != "" {
+		t.Fatalf("discover -o wide: %v, stderr %q", err, warnings)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 3 && strings.Contains(f[0], "/") {
+			rows[f[0]] = f[1] + " " + f[2]
+		}
+	}
+	for field, want := range map[string]string{
+		"rdma.dra.dev/ibdev":        "rxe0 metadata",
+		"rdma.dra.dev/nodeGUID":     "metadata",
+		"rdma.dra.dev/roceGIDIndex": "metadata",
+		"rdma.dra.dev/portState":    "ACTIVE metadata",
+		"rdma.dra.dev/linkLayer":    "Ethernet slice",
+		"rdma.dra.dev/software":     "true slice",
+		"rdma.dra.dev/legacy":       "false slice",
+		"rdma.dra.dev/uverbs":       "/dev/infiniband/uverbs0 metadata",
+	} {
+		got, ok := rows[field]
+		if !ok || !strings.HasSuffix(got, want) {
+			t.Errorf("field %s: %q (present %v), want it to end in %q\n%s", field, got, ok, want, out)
+		}
+	}
+	yamlOut, _, err := rdmactl(t, "discover", "--sysfs-root", root+"/sys", "--dev-root", root+"/dev", "-o", "yaml", "--node-name", "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for field, v := range rows {
+		name := strings.TrimPrefix(field, "rdma.dra.dev/")
+		inYAML := strings.Contains(yamlOut, "rdma.dra.dev/"+name+":")
+		if inYAML != strings.HasSuffix(v, " slice") {
+			t.Errorf("field %s is %q in -o wide, but in -o yaml's slice: %v", field, v, inYAML)
+		}
+	}
+}

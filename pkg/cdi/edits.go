@@ -51,13 +51,6 @@ const (
 	EnvUCXPKey  = "UCX_IB_PKEY"
 )
 
-// PKey is a claim's partition: the P_Key and its index in the tables of
-// every port of the claim's HCAs.
-type PKey struct {
-	Value uint16
-	Index int
-}
-
 // Network is how the containers of a claim reach the network. It decides
 // whether the host's GID table is theirs: a GID index is a position in the
 // port's table, and a pod on its own network has its address, and so its
@@ -73,7 +66,10 @@ const (
 	NetworkUnknown Network = "unknown"
 )
 
-// AddressFamily is the IP family of RoCE traffic; see EditOptions.
+// AddressFamily is the IP family of RoCE traffic; see EditOptions. Not the
+// API's type: pkg/cdi does not import the API (nor apimachinery), and Auto
+// is the zero value here, as in the checkpoint; pkg/driver maps one to the
+// other.
 type AddressFamily string
 
 const (
@@ -102,8 +98,10 @@ type EditOptions struct {
 	// assumed before it recorded the network.
 	Network Network
 	Family  AddressFamily
-	// PKey, when set, adds NCCL_IB_PKEY and UCX_IB_PKEY (CommonEdits).
-	PKey *PKey
+	// PKey, when set, is the claim's partition: its P_Key and its index in
+	// the tables of every port of the claim's HCAs. It adds NCCL_IB_PKEY
+	// and UCX_IB_PKEY (CommonEdits).
+	PKey *hca.PKey
 }
 
 func (o EditOptions) hostDevRoot() string {
@@ -372,14 +370,19 @@ const HookTimeout = 10
 // disassociates the device's users and re-registers it in the new namespace.
 const NetnsHookTimeout = 30
 
-// NetnsHook is the OCI createRuntime hook that moves an HCA (and, if
-// given, its netdevs) into the container's network namespace, for pods
-// without hostNetwork on nodes in exclusive RDMA netns mode. It must come
-// before any other hook of the device.
-func NetnsHook(hookPath, ibdev string, netdevs []string) *cdispec.Hook {
+// NetnsHook is the OCI createRuntime hook that moves an HCA (and, with
+// moveNetdevs, the netdevs the kernel names for its ports when the hook
+// runs, never names written now) into the container's network namespace,
+// for pods without hostNetwork on nodes in exclusive RDMA netns mode. A
+// netdev holding one of nodeIPs (the Node's InternalIPs) or carrying the
+// default route stays. It must come before any other hook of the device.
+func NetnsHook(hookPath, ibdev string, moveNetdevs bool, nodeIPs []string) *cdispec.Hook {
 	args := []string{filepath.Base(hookPath), "netns", "--device=" + ibdev}
-	for _, nd := range netdevs {
-		args = append(args, "--netdev="+nd)
+	if moveNetdevs {
+		args = append(args, "--move-netdevs")
+		for _, ip := range nodeIPs {
+			args = append(args, "--node-ip="+ip)
+		}
 	}
 	timeout := NetnsHookTimeout
 	return &cdispec.Hook{HookName: "createRuntime", Path: hookPath, Args: args, Timeout: &timeout}

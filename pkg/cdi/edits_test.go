@@ -305,9 +305,9 @@ func TestHooks(t *testing.T) {
 		wantArgs    []string
 		wantTimeout int
 	}{
-		{"netns", NetnsHook(path, "mlx5_0", nil), []string{"rdma-dra-hook", "netns", "--device=mlx5_0"}, NetnsHookTimeout},
-		{"netns with netdevs", NetnsHook(path, "mlx5_0", []string{"ens1f0np0", "ens1f0np0v1"}),
-			[]string{"rdma-dra-hook", "netns", "--device=mlx5_0", "--netdev=ens1f0np0", "--netdev=ens1f0np0v1"}, NetnsHookTimeout},
+		{"netns", NetnsHook(path, "mlx5_0", false, []string{"10.0.0.5"}), []string{"rdma-dra-hook", "netns", "--device=mlx5_0"}, NetnsHookTimeout},
+		{"netns with netdevs: found by the hook, never named", NetnsHook(path, "mlx5_0", true, []string{"10.0.0.5", "fd00::5"}),
+			[]string{"rdma-dra-hook", "netns", "--device=mlx5_0", "--move-netdevs", "--node-ip=10.0.0.5", "--node-ip=fd00::5"}, NetnsHookTimeout},
 		{"limit", LimitHook(path, "mlx5_0", 4, 0), []string{"rdma-dra-hook", "limit", "--device=mlx5_0", "--hca-handle=4", "--hca-object=max"}, HookTimeout},
 	}
 	for _, tt := range tests {

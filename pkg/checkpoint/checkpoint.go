@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -20,6 +19,10 @@ type Claim struct {
 	UID       string `json:"uid"`
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
+	// PodClaimName is the claim's name in its pods' spec when a
+	// ResourceClaimTemplate made it: the device metadata file's path in the
+	// container depends on it, and a start-up rewrites that file.
+	PodClaimName string `json:"podClaimName,omitempty"`
 	// PodUIDs are the pods the claim was reserved for when prepared; for
 	// information and grouping only, it is not kept up to date.
 	PodUIDs []string `json:"podUIDs,omitempty"`
@@ -60,14 +63,17 @@ type Device struct {
 	// pod's network namespace (exclusive netns mode), its netdevs go too.
 	MoveNetdev   bool     `json:"moveNetdev,omitempty"`
 	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
-	// MovedHCA is the HCA as discovered at prepare (the driver's JSON of
-	// it), kept where the claim's hook moves it into the pod's network
-	// namespace: while it is there the host's sysfs does not list it, and
-	// a restarted daemon has only this to publish it and rewrite the spec.
-	MovedHCA json.RawMessage `json:"movedHCA,omitempty"`
+	// MovedHCA is the HCA as discovered at prepare, kept where the claim's
+	// hook moves it into the pod's network namespace: while it is there the
+	// host's sysfs does not list it, and a restarted daemon has only this to
+	// publish it and rewrite the spec. Release 0.1.0 wrote hca.HCA's
+	// untagged JSON here, which still loads (see HCA).
+	MovedHCA *HCA `json:"movedHCA,omitempty"`
 }
 
-// PKey is a partition key and its index in the HCA's ports' tables.
+// PKey is a partition key and its index in the HCA's ports' tables. It is
+// a type of its own, not hca.PKey, on purpose: its JSON is the on-disk
+// format, which must not change when hca's types do (see HCA).
 type PKey struct {
 	Value uint16 `json:"value"`
 	Index int    `json:"index"`
@@ -94,6 +100,7 @@ func (cp Checkpoint) clone() Checkpoint {
 			if l := c.Devices[i].Limits; l != nil {
 				c.Devices[i].Limits = &Limits{HCAHandles: l.HCAHandles, HCAObjects: l.HCAObjects}
 			}
+			c.Devices[i].MovedHCA = c.Devices[i].MovedHCA.clone()
 		}
 		out.Claims[uid] = c
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/internal/dirtest"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/checkpoint-v1.golden.json")
+var update = flag.Bool("update", false, "rewrite testdata/checkpoint-v1.golden.json and testdata/moved-hca.golden.json")
 
 var preparedAt = time.Date(2026, 3, 14, 15, 9, 26, 535897932, time.UTC)
 
@@ -113,9 +113,11 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// TestGoldenFile pins what Save writes for a checkpoint with every field
+// set. The file is also the input of testdata/history/generate.sh.
 func TestGoldenFile(t *testing.T) {
 	s := newStore(t)
-	if err := s.Save(sample()); err != nil {
+	if err := s.Save(full()); err != nil {
 		t.Fatal(err)
 	}
 	got, err := os.ReadFile(s.Path())
@@ -135,6 +137,7 @@ func TestGoldenFile(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("Save wrote\n%s\nbut %s holds\n%s\nA format change must stay readable by older releases (see the package doc); if it does, run go test -run TestGoldenFile -update", got, golden, want)
 	}
+	assertEqual(t, mustLoad(t, NewStore(golden)), full())
 	st, _ := os.Stat(s.Path())
 	if perm := st.Mode().Perm(); perm != 0o600 {
 		t.Errorf("checkpoint mode = %v, want 0600", perm)

@@ -33,6 +33,8 @@
 //   - A file with a higher version than this binary reads is an error
 //     naming both versions, and the file is left alone: a downgrade across
 //     a format change must not silently forget prepared claims.
+//   - Every shape a commit ever wrote has a file in testdata/history that
+//     the current code must load (TestLoadHistory).
 //   - Version 0, the prototype's bare map of claims by UID (Go field names,
 //     no envelope, no checksum), is migrated on Load; the next Save writes
 //     the current version.

@@ -18,8 +18,17 @@ import (
 // config with requests applies only to those (a subrequest "req/sub" is
 // matched by its parent "req" too).
 func configFor(driverName string, configs []resourceapi.DeviceAllocationConfiguration, request string) (*configapi.HcaConfig, error) {
+	class, claim, err := configChain(driverName, configs, request)
+	if err != nil {
+		return nil, err
+	}
+	return configapi.Merge(append(class, claim...)...), nil
+}
+
+// configChain decodes the configs of one request that apply to it, the
+// DeviceClass's and the claim's apart, each in allocation order.
+func configChain(driverName string, configs []resourceapi.DeviceAllocationConfiguration, request string) (class, claim []*configapi.HcaConfig, err error) {
 	parent, _, _ := strings.Cut(request, "/")
-	var chain []*configapi.HcaConfig
 	for _, src := range []resourceapi.AllocationConfigSource{resourceapi.AllocationConfigSourceClass, resourceapi.AllocationConfigSourceClaim} {
 		for i, c := range configs {
 			if c.Source != src || c.Opaque == nil || c.Opaque.Driver != driverName {
@@ -30,12 +39,16 @@ func configFor(driverName string, configs []resourceapi.DeviceAllocationConfigur
 			}
 			cfg, err := configapi.Decode(c.Opaque.Parameters.Raw)
 			if err != nil {
-				return nil, fmt.Errorf("status.allocation.devices.config[%d] (%s): %w", i, sourceName(c.Source), err)
+				return nil, nil, fmt.Errorf("status.allocation.devices.config[%d] (%s): %w", i, sourceName(c.Source), err)
 			}
-			chain = append(chain, cfg)
+			if src == resourceapi.AllocationConfigSourceClass {
+				class = append(class, cfg)
+			} else {
+				claim = append(claim, cfg)
+			}
 		}
 	}
-	return configapi.Merge(chain...), nil
+	return class, claim, nil
 }
 
 func sourceName(s resourceapi.AllocationConfigSource) string {

@@ -15,23 +15,26 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"os"
-	gosort "slices"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	resourceclient "k8s.io/client-go/kubernetes/typed/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/kevents"
-	"github.com/rdma-dra/rdma-dra-driver/pkg/slices"
 )
 
 // Inventory is where HCAs come from: *hca.Discoverer on a node.
@@ -44,6 +47,12 @@ type Inventory interface {
 // claims that name a partition pay for it.
 type PKeyReader interface {
 	PKeys(ibdev string, port int) ([]hca.PKey, error)
+}
+
+// Invalidator is an inventory that keeps what it read between discoveries
+// (*hca.Discoverer): Invalidate makes the next one read everything.
+type Invalidator interface {
+	Invalidate()
 }
 
 // Publisher publishes ResourceSlices: *kubeletplugin.Helper.
@@ -67,8 +76,8 @@ type Config struct {
 	// HostDevRoot is where the container runtime finds device nodes (the
 	// host's /dev, or a simulated node's dev directory).
 	HostDevRoot string
-	// AllowNonHostNetwork lets pods without hostNetwork use RDMA (the seed's
-	// "Enable RDMA for non-hostNetwork").
+	// AllowNonHostNetwork lets pods without hostNetwork use RDMA (ACK's
+	// "Enable RDMA for non-hostNetwork" switch).
 	AllowNonHostNetwork bool
 	// RescanInterval is the safety-net period of rediscovery.
 	RescanInterval time.Duration
@@ -88,16 +97,30 @@ type Config struct {
 	// capacities; a claim's consumed amounts become its containers'
 	// rdma.max through HookPath. Zero where the kernel lacks the controller.
 	HCAHandles, HCAObjects int64
+	// DefaultHCAHandles and DefaultHCAObjects (> 0) are the limits a claim
+	// on a shared HCA gets when it asks for none, where the capacities
+	// above are published; RequireHCALimits refuses such a claim instead
+	// (see policy.go).
+	DefaultHCAHandles, DefaultHCAObjects int64
+	RequireHCALimits                     bool
 	// HookPath is the host path of rdma-dra-hook, named in the CDI specs of
-	// claims with limits and of claims whose HCAs move into a pod's
+	// claims with limits, of every device while AllowNonHostNetwork is off
+	// (the container-start check; without a HookPath only prepare checks),
+	// and of claims whose HCAs move into a pod's
 	// network namespace (exclusive RDMA netns mode); required when the
 	// capacities are published, and for pods off the host network in
 	// exclusive mode.
 	HookPath string
-	// DeviceMetadata attaches each prepared device's metadata (see
-	// slices.Metadata) to the prepare result. It reaches containers only
-	// when the helper was started with kubeletplugin.EnableDeviceMetadata.
+	// DeviceMetadata writes each prepared request's device metadata file
+	// (KEP-5304, see devices.Metadata and metadata.go) and its CDI spec,
+	// and hands the kubelet the spec's device. The helper's own writer
+	// (kubeletplugin.EnableDeviceMetadata) must then stay off.
 	DeviceMetadata bool
+	// PluginDataDir is the helper's plugin data directory: metadata files
+	// go under it, as the helper lays them out. Required with
+	// DeviceMetadata; when set without it, unprepare and the sweep still
+	// remove the metadata files an earlier daemon wrote.
+	PluginDataDir string
 	// PreserveSpecs are claim UIDs of CDI specs in the same directory that
 	// are not claims (the device-plugin shim's node-wide spec): start-up
 	// cleanup leaves them alone.
@@ -111,11 +134,18 @@ type Driver struct {
 	pods    PodGetter
 	specs   *cdi.SpecDir
 	store   *checkpoint.Store
+	meta    metadataFiles // meta.dataDir "": no metadata files
 	bootID  string
 	metrics *Metrics
 	kernel  <-chan kevents.Event
 	// hostRDMA, if set, tells unprepare whether moved HCAs are back.
 	hostRDMA HostRDMA
+	// hostLinks and nodeIPSource check moveNetdev (uplink.go); without
+	// them no netdev moves.
+	hostLinks    HostLinks
+	nodeIPSource NodeIPs
+	// returnChecks are the background checks that moved HCAs came back.
+	returnChecks sync.WaitGroup
 
 	// scanMu orders rescans: the ticker, the port watcher and kernel
 	// events may ask at once, and a slower discovery must not swap in an
@@ -123,6 +153,8 @@ type Driver struct {
 	scanMu sync.Mutex
 	// pubMu orders publishes the same way.
 	pubMu sync.Mutex
+
+	draining atomic.Bool // set by Drain: calls after it do nothing
 
 	mu        sync.Mutex // guards the fields below
 	scanned   bool       // inv holds a discovery
@@ -142,6 +174,10 @@ type Driver struct {
 
 	taintedSince  map[string]metav1.Time // by device name; guarded by mu
 	healthChanged chan struct{}          // closed on every inventory change; guarded by mu
+
+	status *claimStatus // nil: claims' status.devices are not written
+
+	nodeIPs []netip.Addr // the Node's InternalIPs as last read; guarded by mu
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -164,6 +200,14 @@ type Deps struct {
 	// namespace (rdmanl.Client): unprepare checks with it that HCAs moved
 	// into a pod's namespace came back.
 	HostRDMA HostRDMA
+	// Claims, if set, is where prepared claims' status.devices are written
+	// (status.go).
+	Claims resourceclient.ResourceClaimsGetter
+	// HostLinks and NodeIPs let a claim move its HCA's netdevs (moveNetdev)
+	// after checking none carries the node's own traffic (uplink.go):
+	// rdmanl.RouteClient and NodeGetter. Without them such claims fail.
+	HostLinks HostLinks
+	NodeIPs   NodeIPs
 }
 
 // New recovers the driver's state and takes the first inventory.
@@ -189,6 +233,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Driver, error) {
 	if (cfg.HCAHandles > 0 || cfg.HCAObjects > 0) && (cfg.Shares == 0 || cfg.HookPath == "") {
 		return nil, errors.New("RDMA cgroup limits need shared mode and the hook's host path")
 	}
+	if cfg.DeviceMetadata && cfg.PluginDataDir == "" {
+		return nil, errors.New("device metadata needs the plugin data directory")
+	}
 	if !cfg.AllowNonHostNetwork && deps.Pods == nil {
 		return nil, errors.New("a pod lookup is required to enforce the hostNetwork policy")
 	}
@@ -204,12 +251,19 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Driver, error) {
 		kernel:  deps.KernelEvents,
 		retryCh: make(chan struct{}, 1),
 
-		hostRDMA: deps.HostRDMA,
+		hostRDMA:     deps.HostRDMA,
+		hostLinks:    deps.HostLinks,
+		nodeIPSource: deps.NodeIPs,
+		meta:         metadataFiles{driver: cfg.DriverName, dataDir: cfg.PluginDataDir, cdiDir: deps.SpecDir.Dir()},
 
 		healthChanged: make(chan struct{}),
 	}
 	if d.metrics == nil {
 		d.metrics = NewMetrics()
+	}
+	if deps.Claims != nil {
+		netdevs, _ := deps.Inventory.(NetdevReader)
+		d.status = newClaimStatus(deps.Claims, cfg.DriverName, cfg.NodeName, netdevs)
 	}
 	quarantined := false
 	if _, err := d.store.Load(); errors.Is(err, checkpoint.ErrCorrupt) {
@@ -221,6 +275,13 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Driver, error) {
 		d.metrics.backgroundErrors.WithLabelValues("checkpoint").Inc()
 		quarantined = true
 	} else if err != nil {
+		return nil, err
+	}
+	if err := d.readNodeIPs(ctx); err != nil {
+		// Prepare reads them again before any netdev moves.
+		logger.Error(err, "Cannot read the Node's InternalIPs; claims that move netdevs read them at prepare")
+	}
+	if err := d.discardPreviousBoot(ctx); err != nil {
 		return nil, err
 	}
 	if _, err := d.rescan(ctx); err != nil {
@@ -273,7 +334,7 @@ func (d *Driver) sweepSpecs(ctx context.Context, now time.Time) {
 		return
 	}
 	for _, uid := range uids {
-		if _, ok := cp.Claims[uid]; ok || gosort.Contains(d.cfg.PreserveSpecs, uid) || d.orphanSpecs[uid] {
+		if _, ok := cp.Claims[uid]; ok || slices.Contains(d.cfg.PreserveSpecs, uid) || d.orphanSpecs[uid] {
 			continue
 		}
 		fi, err := os.Stat(d.specs.Path(uid))
@@ -286,6 +347,17 @@ func (d *Driver) sweepSpecs(ctx context.Context, now time.Time) {
 			continue
 		}
 		logger.Info("Removed CDI spec of a claim that is not prepared", "claimUID", uid)
+	}
+	if d.meta.dataDir == "" {
+		return
+	}
+	removed, err := d.meta.sweep(cp, now, staleSpecAge)
+	for _, path := range removed {
+		logger.Info("Removed a device metadata file of no prepared claim, or left by a write that never finished", "path", path)
+	}
+	if err != nil {
+		logger.Error(err, "Sweeping device metadata files")
+		d.metrics.backgroundErrors.WithLabelValues("metadata").Inc()
 	}
 }
 
@@ -307,7 +379,7 @@ func (d *Driver) recoverSpecs(ctx context.Context) error {
 // match. A failure is logged and counted, and the checkpoint entry stays:
 // unprepare must still work.
 func (d *Driver) rewriteSpecsLocked(logger klog.Logger, cp checkpoint.Checkpoint, match func(checkpoint.Claim) bool) {
-	all := gosort.Collect(maps.Values(cp.Claims))
+	all := slices.Collect(maps.Values(cp.Claims))
 	for _, uid := range sortedKeys(cp.Claims) {
 		claim := cp.Claims[uid]
 		if !match(claim) {
@@ -316,6 +388,13 @@ func (d *Driver) rewriteSpecsLocked(logger klog.Logger, cp checkpoint.Checkpoint
 		if err := d.writeSpecLocked(claim, d.groupLocked(claim, all)); err != nil {
 			logger.Error(err, "Cannot rewrite the CDI spec of a prepared claim", "claim", claim.Namespace+"/"+claim.Name, "claimUID", uid)
 			d.metrics.backgroundErrors.WithLabelValues("cdi").Inc()
+			continue
+		}
+		// Derived like the spec, and written without fsync: a reboot or
+		// an inventory change rewrites it here.
+		if _, err := d.writeMetadataLocked(claim); err != nil {
+			logger.Error(err, "Cannot rewrite the device metadata of a prepared claim", "claim", claim.Namespace+"/"+claim.Name, "claimUID", uid)
+			d.metrics.backgroundErrors.WithLabelValues("metadata").Inc()
 		}
 	}
 }
@@ -331,10 +410,10 @@ func (d *Driver) SetPublisher(ctx context.Context, p Publisher) error {
 }
 
 // deviceName is the DRA device name of an HCA.
-func deviceName(h hca.HCA) string { return slices.DeviceName(h.Name) }
+func deviceName(h hca.HCA) string { return devices.DeviceName(h.Name) }
 
 func sortedKeys[V any](m map[string]V) []string {
-	return gosort.Sorted(maps.Keys(m))
+	return slices.Sorted(maps.Keys(m))
 }
 
 // Inventory is the last discovered inventory.

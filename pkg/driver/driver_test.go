@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
@@ -66,7 +65,14 @@ type env struct {
 	hook        string // RDMA cgroup limits with this hook path, when set
 	hookPath    string // the hook's path without limits (netns moves)
 	hostRDMA    driver.HostRDMA
+	hostLinks   driver.HostLinks // the moveNetdev check's; the Node's InternalIPs come from client
 	metrics     *driver.Metrics
+	policy      func(*driver.Config) // adjusts the config before start
+	claimStatus bool                 // the driver writes claims' status.devices
+	// helperOpts are more options for the helper.
+	helperOpts []kubeletplugin.Option
+	// pods, if set, wraps the pod lookup (to watch or hold it).
+	pods func(driver.PodGetter) driver.PodGetter
 
 	drv    *driver.Driver
 	helper *kubeletplugin.Helper
@@ -118,20 +124,31 @@ func (e *env) start() {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
-	drv, err := driver.New(ctx, driver.Config{
+	var pods driver.PodGetter = podGetter{e.client}
+	if e.pods != nil {
+		pods = e.pods(pods)
+	}
+	cfg := driver.Config{
 		DriverName: driverName, NodeName: nodeName, HostDevRoot: e.node.DevRoot,
 		AllowNonHostNetwork: e.allowNonHN, RescanInterval: time.Hour,
 		Shares: e.shares, LegacyShares: e.legacy, TaintUnhealthy: true, PortPollInterval: e.portPoll,
-		DeviceMetadata: e.metadata,
-		HookPath:       e.hook + e.hookPath, HCAHandles: limitIf(e.hook, 64), HCAObjects: limitIf(e.hook, 4096),
-	}, driver.Deps{
+		DeviceMetadata: e.metadata, PluginDataDir: e.pluginDir,
+		HookPath: e.hook + e.hookPath, HCAHandles: limitIf(e.hook, 64), HCAObjects: limitIf(e.hook, 4096),
+	}
+	if e.policy != nil {
+		e.policy(&cfg)
+	}
+	drv, err := driver.New(ctx, cfg, driver.Deps{
 		HostRDMA:   e.hostRDMA,
+		HostLinks:  e.hostLinks,
+		NodeIPs:    driver.NodeGetter{Nodes: e.client.CoreV1().Nodes(), Name: nodeName},
 		Metrics:    e.metrics,
 		Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(e.node.SysfsRoot), hca.WithDevRoot(e.node.DevRoot), hca.WithReadFile(e.node.ReadFile)),
-		Pods:       podGetter{e.client},
+		Pods:       pods,
 		SpecDir:    cdi.NewSpecDir(e.cdiDir),
 		Checkpoint: checkpoint.NewStore(e.checkpointPath(), e.storeOpts...),
 		BootID:     e.bootID,
+		Claims:     e.claims(),
 	})
 	if err != nil {
 		e.t.Fatalf("starting the driver: %v", err)
@@ -140,11 +157,7 @@ func (e *env) start() {
 		kubeletplugin.DriverName(driverName), kubeletplugin.NodeName(nodeName), kubeletplugin.KubeClient(e.client),
 		kubeletplugin.PluginDataDirectoryPath(e.pluginDir), kubeletplugin.RegistrarDirectoryPath(e.registryDir),
 	}
-	if e.metadata {
-		opts = append(opts, kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
-			kubeletplugin.CDIDirectory(e.cdiDir))
-	}
-	helper, err := kubeletplugin.Start(ctx, drv, opts...)
+	helper, err := kubeletplugin.Start(ctx, drv, append(opts, e.helperOpts...)...)
 	if err != nil {
 		e.t.Fatalf("starting the helper: %v", err)
 	}
@@ -388,9 +401,13 @@ func TestPrepareExposesOnlyTheClaimsHCA(t *testing.T) {
 func TestPrepareIsIdempotent(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.metrics = driver.NewMetrics()
 	e.start()
 	c := e.claim("idem", hostNetworkPod("p1", true), one("mlx5-0"))
 	first := e.mustPrepare(c)
+	if v := metricValue(t, e.metrics, "rdma_dra_prepare_repeated_claims_total", "", ""); v != 0 {
+		t.Errorf("after the first prepare, prepare_repeated_claims_total = %v, want 0", v)
+	}
 	spec := filepath.Join(e.cdiDir, cdiapi.GenerateTransientSpecName(cdi.Vendor, cdi.Class, string(c.UID))+".json")
 	before, err := os.ReadFile(spec)
 	if err != nil {
@@ -402,6 +419,9 @@ func TestPrepareIsIdempotent(t *testing.T) {
 	second := e.mustPrepare(c)
 	if !slices.Equal(first, second) {
 		t.Errorf("second prepare = %v, first %v", second, first)
+	}
+	if v := metricValue(t, e.metrics, "rdma_dra_prepare_repeated_claims_total", "", ""); v != 1 {
+		t.Errorf("after the kubelet asked again, prepare_repeated_claims_total = %v, want 1", v)
 	}
 	after, err := os.ReadFile(spec)
 	if err != nil {
@@ -443,11 +463,12 @@ func TestDoubleAllocationRefused(t *testing.T) {
 func TestOpaqueConfig(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name     string
-		config   string
-		wantErr  string
-		wantDevs []string
-		wantEnv  map[string]string
+		name      string
+		config    string
+		fromClass bool // an admin-only field: the DeviceClass's to grant (policy_test.go)
+		wantErr   string
+		wantDevs  []string
+		wantEnv   map[string]string
 	}{
 		{
 			name:    "typo in a field",
@@ -460,10 +481,11 @@ func TestOpaqueConfig(t *testing.T) {
 			wantErr: `kind: want "HcaConfig", got "GpuConfig"`,
 		},
 		{
-			name:     "management devices",
-			config:   `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","managementDevices":true}`,
-			wantDevs: []string{"/dev/infiniband/issm0 c 231:64", "/dev/infiniband/rdma_cm c 10:58", "/dev/infiniband/umad0 c 231:0", "/dev/infiniband/uverbs0 c 231:192"},
-			wantEnv:  map[string]string{"RDMA_DEVICES": "mlx5_0", "RDMA_DEVICE_MLX5_0": "/dev/infiniband/uverbs0", "NCCL_IB_HCA": "=mlx5_0", "UCX_NET_DEVICES": "mlx5_0:1"},
+			name:      "management devices",
+			config:    `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","managementDevices":true}`,
+			fromClass: true,
+			wantDevs:  []string{"/dev/infiniband/issm0 c 231:64", "/dev/infiniband/rdma_cm c 10:58", "/dev/infiniband/umad0 c 231:0", "/dev/infiniband/uverbs0 c 231:192"},
+			wantEnv:   map[string]string{"RDMA_DEVICES": "mlx5_0", "RDMA_DEVICE_MLX5_0": "/dev/infiniband/uverbs0", "NCCL_IB_HCA": "=mlx5_0", "UCX_NET_DEVICES": "mlx5_0:1"},
 		},
 		{
 			name:     "no env",
@@ -477,7 +499,12 @@ func TestOpaqueConfig(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			e.start()
-			c := e.claim("cfg", hostNetworkPod("p", true), one("mlx5-0"), tt.config)
+			var c *resourceapi.ResourceClaim
+			if tt.fromClass {
+				c = e.withClass(e.claim("cfg", hostNetworkPod("p", true), one("mlx5-0")), "ib.rdma.dra.dev", tt.config)
+			} else {
+				c = e.claim("cfg", hostNetworkPod("p", true), one("mlx5-0"), tt.config)
+			}
 			r := e.prepare(c)[string(c.UID)]
 			if tt.wantErr != "" {
 				if !strings.Contains(r.Error, tt.wantErr) || !strings.Contains(r.Error, "config[0]") {
@@ -610,38 +637,6 @@ func TestRestartUnpreparesDeletedClaim(t *testing.T) {
 	// Unknown claims are success: the kubelet retries.
 	if r := e.unprepare(ref(c))[string(c.UID)]; r.Error != "" {
 		t.Errorf("second unprepare: %s", r.Error)
-	}
-}
-
-// TestReboot: /var/run/cdi is emptied and the boot ID changes; the driver
-// rewrites the specs of prepared claims at start, and prepare works again.
-func TestReboot(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	e.start()
-	c := e.claim("boot", hostNetworkPod("p", true), one("mlx5-6"))
-	ids := e.mustPrepare(c)
-	e.stop()
-	entries, _ := os.ReadDir(e.cdiDir)
-	for _, en := range entries {
-		os.Remove(filepath.Join(e.cdiDir, en.Name()))
-	}
-	e.bootID = bootB
-	e.start()
-	// The kubelet may start containers of claims it already prepared.
-	s := e.container(ids...)
-	if got := devicesOf(s); !slices.Contains(got, "/dev/infiniband/uverbs6 c 231:198") {
-		t.Errorf("after reboot the spec was not restored: devices %v", got)
-	}
-	if got := e.mustPrepare(c); !slices.Equal(got, ids) {
-		t.Errorf("prepare after reboot = %v, want %v", got, ids)
-	}
-	cp, err := checkpoint.NewStore(e.checkpointPath()).Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := cp.Claims[string(c.UID)].BootID; got != bootB {
-		t.Errorf("checkpoint boot ID = %q, want the new boot %q", got, bootB)
 	}
 }
 
@@ -1034,6 +1029,9 @@ func TestLimitsBecomeTheHook(t *testing.T) {
 		var got []string
 		if s.Hooks != nil {
 			for _, h := range s.Hooks.CreateRuntime {
+				if h.Args[1] != "limit" {
+					continue // the hostNetwork check: policy_test.go
+				}
 				if h.Path != e.hook || h.Timeout == nil {
 					t.Errorf("%s: hook %+v, want path %s and a timeout", tt.name, h, e.hook)
 				}

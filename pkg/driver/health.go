@@ -12,7 +12,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
-	rslices "github.com/rdma-dra/rdma-dra-driver/pkg/slices"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 )
 
 // healthRefresh re-sends health within the kubelet's default 30 s lease.
@@ -58,8 +58,8 @@ func (d *Driver) healthReportLocked(now time.Time) kubeletplugin.DeviceHealthRep
 		seen[name] = true
 		r.Devices = append(r.Devices, dh)
 	}
-	if d.isLegacy(rslices.LegacyDeviceName) {
-		dh := kubeletplugin.DeviceHealth{PoolName: d.cfg.NodeName, DeviceName: rslices.LegacyDeviceName, Health: kubeletplugin.HealthStatusUnhealthy,
+	if d.isLegacy(devices.LegacyDeviceName) {
+		dh := kubeletplugin.DeviceHealth{PoolName: d.cfg.NodeName, DeviceName: devices.LegacyDeviceName, Health: kubeletplugin.HealthStatusUnhealthy,
 			Message: "no HCA has an ACTIVE port", LastUpdated: now, HealthCheckTimeout: healthTimeout}
 		for _, h := range d.byDevice {
 			if h.AnyPortActive() {

@@ -47,6 +47,14 @@ func (c *countingInventory) Discover() (hca.Inventory, error) {
 	return c.Inventory.Discover()
 }
 
+// Invalidate passes the driver's "read everything" on, as the Discoverer
+// it wraps gets it in the daemon.
+func (c *countingInventory) Invalidate() {
+	if i, ok := c.Inventory.(Invalidator); ok {
+		i.Invalidate()
+	}
+}
+
 func startFollowing(t testing.TB, events chan kevents.Event) (*countingInventory, netdevPublisher, func(string) error) {
 	t.Helper()
 	var counter *countingInventory
@@ -112,30 +120,36 @@ func TestKernelEventsRescan(t *testing.T) {
 	}
 }
 
-// gidIndexPublisher reports the roceGIDIndex attribute of each publish, -1
-// when no device has one.
+// gidIndexPublisher reports the RoCE v2 GID index of each new inventory, -1
+// when no HCA has one. The index is not in the slice (docs/attributes.md):
+// what follows it is the inventory that claims prepared next get it from
+// (NCCL_IB_GID_INDEX, the metadata file, the claim's status).
 type gidIndexPublisher chan int64
 
-func (p gidIndexPublisher) PublishResources(_ context.Context, res resourceslice.DriverResources) error {
+func (p gidIndexPublisher) see(inv hca.Inventory) {
+	select {
+	case p <- gidIndexOf(inv):
+	default:
+	}
+}
+
+func gidIndexOf(inv hca.Inventory) int64 {
 	got := int64(-1)
-	for _, pool := range res.Pools {
-		for _, s := range pool.Slices {
-			for _, d := range s.Devices {
-				if a, ok := d.Attributes["rdma.dra.dev/roceGIDIndex"]; ok && a.IntValue != nil {
-					got = *a.IntValue
-				}
+	for _, h := range inv.HCAs {
+		for _, port := range h.Ports {
+			if port.RoCEv2GIDIndex >= 0 {
+				got = int64(port.RoCEv2GIDIndex)
 			}
 		}
 	}
-	p <- got
-	return nil
+	return got
 }
 
 // TestAddressEventsRescan: the HCA's netdev gets another IPv4 address, so
 // its RoCE v2 GID moves from slot 1 to slot 3 (written to the simulated
 // sysfs as ib_core would). With no port watcher and an hour-long rescan
 // interval, only the address messages, as the watcher delivers them, can
-// make the driver publish the new index.
+// make the driver see the new index.
 func TestAddressEventsRescan(t *testing.T) {
 	t.Parallel()
 	events := make(chan kevents.Event, 4)
@@ -143,13 +157,19 @@ func TestAddressEventsRescan(t *testing.T) {
 	moveRoCEGID(t, node)
 	events <- kevents.Event{Source: kevents.Address, Action: "deladdr", Subsystem: "net", Name: "eth0", Index: 2, Address: "192.168.122.10/24"}
 	events <- kevents.Event{Source: kevents.Address, Action: "newaddr", Subsystem: "net", Name: "eth0", Index: 2, Address: "192.168.122.11/24"}
-	wantGIDIndex3(t, pub, "no publish within 20 s of the address events")
+	wantGIDIndex3(t, pub, "no new inventory within 20 s of the address events")
 }
 
 // signalingInventory tells, after each discovery, that one has finished.
 type signalingInventory struct {
 	Inventory
 	done chan struct{}
+}
+
+func (c signalingInventory) Invalidate() {
+	if i, ok := c.Inventory.(Invalidator); ok {
+		i.Invalidate()
+	}
 }
 
 func (c signalingInventory) Discover() (hca.Inventory, error) {
@@ -179,24 +199,22 @@ func TestAddressEventsRecheck(t *testing.T) {
 		t.Fatal("no rescan within 20 s of the address event")
 	}
 	moveRoCEGID(t, node)
-	wantGIDIndex3(t, pub, "no publish within 20 s: the GID table filled after the event's rescan was never read")
+	wantGIDIndex3(t, pub, "no new inventory within 20 s: the GID table filled after the event's rescan was never read")
 }
 
 // followGIDs runs a driver on the softroce preset, its periodic rescan an
-// hour away and port polling off, past its first publish (roceGIDIndex 1):
-// only kernel events on the channel make it publish again.
+// hour away and port polling off, past its first inventory (RoCE v2 GID
+// index 1): only kernel events on the channel make it see another.
 func followGIDs(t *testing.T, events chan kevents.Event, wrap func(Inventory) Inventory) (gidIndexPublisher, *hcatest.Node) {
 	t.Helper()
 	d, node := newTestDriverOn(t, 0, events, wrap)
 	pub := make(gidIndexPublisher, 16)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	if err := d.SetPublisher(ctx, pub); err != nil {
-		t.Fatal(err)
+	if got := gidIndexOf(d.Inventory()); got != 1 {
+		t.Fatalf("first inventory has RoCE v2 GID index %d, want 1 (softroce preset)", got)
 	}
-	if got := <-pub; got != 1 {
-		t.Fatalf("first publish has roceGIDIndex %d, want 1 (softroce preset)", got)
-	}
+	d.onInv = pub.see // before Run: no rescan runs yet
 	go d.Run(ctx)
 	return pub, node
 }
@@ -218,13 +236,13 @@ func moveRoCEGID(t *testing.T, node *hcatest.Node) {
 	}
 }
 
-// wantGIDIndex3 waits for the next publish: the moved GID's index.
+// wantGIDIndex3 waits for the next inventory: the moved GID's index.
 func wantGIDIndex3(t *testing.T, pub gidIndexPublisher, none string) {
 	t.Helper()
 	select {
 	case got := <-pub:
 		if got != 3 {
-			t.Errorf("published roceGIDIndex %d, want 3 (the moved GID)", got)
+			t.Errorf("the driver's RoCE v2 GID index is %d, want 3 (the moved GID)", got)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal(none)

@@ -24,6 +24,8 @@ type Metrics struct {
 	lastPublish       *metrics.Gauge
 	kernelEvents      *metrics.CounterVec
 	netnsNotReturned  *metrics.CounterVec
+	rebootDiscarded   *metrics.Counter
+	prepareRepeated   *metrics.Counter
 }
 
 const namespace = "rdma_dra"
@@ -53,11 +55,14 @@ func NewMetrics() *Metrics {
 			Help: "When ResourceSlices were last handed to the publisher (time since = now - this).", StabilityLevel: metrics.ALPHA}),
 		kernelEvents: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: namespace, Name: "kernel_events_total",
 			Help: "Kernel notifications that triggered a rescan, by source (link, address, uevent, overflow, failed).", StabilityLevel: metrics.ALPHA}, []string{"source"}),
+		prepareRepeated: metrics.NewCounter(&metrics.CounterOpts{Namespace: namespace, Name: "prepare_repeated_claims_total",
+			Help: "Claims prepared successfully that the checkpoint already held: the kubelet asking again (after its restart, a failed call, or across a rolling update). Included in prepare_claims_total.", StabilityLevel: metrics.ALPHA}),
 		netnsNotReturned: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: namespace, Name: "netns_not_returned_total",
 			Help: "HCAs moved into a pod's network namespace (exclusive netns mode) that were not back in the host's when their claim was unprepared, by device.", StabilityLevel: metrics.ALPHA}, []string{"hca"}),
 	}
 	m.Registry.MustRegister(m.prepareTotal, m.prepareDuration, m.unprepareTotal, m.unprepareDuration,
-		m.publishedDevices, m.publishes, m.backgroundErrors, m.deviceHealthy, m.lastPublish, m.kernelEvents, m.netnsNotReturned)
+		m.publishedDevices, m.publishes, m.backgroundErrors, m.deviceHealthy, m.lastPublish, m.kernelEvents, m.netnsNotReturned, m.prepareRepeated)
+	m.registerRebootMetrics()
 	return m
 }
 

@@ -8,9 +8,8 @@ package driver
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	gosort "slices"
+	"slices"
 	"strings"
 	"time"
 
@@ -95,11 +94,13 @@ func (d *Driver) netnsHookLocked(c checkpoint.Claim, dev checkpoint.Device, h hc
 	if d.cfg.HookPath == "" {
 		return nil, fmt.Errorf("device %s (%s) must move into the pod's network namespace, but the driver has no --hook-path", dev.Device, h.Name)
 	}
-	var netdevs []string
+	// The hook finds the netdevs itself when it runs, by identity: names
+	// written now could name another interface by then.
+	var nodeIPs []string
 	if dev.MoveNetdev {
-		netdevs = h.Netdevs
+		nodeIPs = d.nodeIPArgsLocked()
 	}
-	return cdi.NetnsHook(d.cfg.HookPath, h.Name, netdevs), nil
+	return cdi.NetnsHook(d.cfg.HookPath, h.Name, dev.MoveNetdev, nodeIPs), nil
 }
 
 // netnsModeChangedLocked reacts to the mode changing under a running
@@ -135,7 +136,7 @@ func (d *Driver) keepMovedLocked(ctx context.Context, old hca.Inventory, inv *hc
 	}
 	type holder struct {
 		claim    string
-		snapshot []byte
+		snapshot *checkpoint.HCA
 	}
 	moved := map[string]holder{} // ibdev -> its claim
 	for _, uid := range sortedKeys(cp.Claims) {
@@ -148,17 +149,17 @@ func (d *Driver) keepMovedLocked(ctx context.Context, old hca.Inventory, inv *hc
 	}
 	for _, name := range sortedKeys(moved) {
 		// Hidden: the verbs class still names it, so it is not unplugged.
-		if !gosort.Contains(inv.Hidden, name) || gosort.ContainsFunc(inv.HCAs, func(n hca.HCA) bool { return n.Name == name }) {
+		if !slices.Contains(inv.Hidden, name) || slices.ContainsFunc(inv.HCAs, func(n hca.HCA) bool { return n.Name == name }) {
 			continue
 		}
-		i := gosort.IndexFunc(old.HCAs, func(h hca.HCA) bool { return h.Name == name })
+		i := slices.IndexFunc(old.HCAs, func(h hca.HCA) bool { return h.Name == name })
 		var h hca.HCA
 		switch {
 		case i >= 0:
 			h = old.HCAs[i]
-		case len(moved[name].snapshot) > 0:
-			if err := json.Unmarshal(moved[name].snapshot, &h); err != nil || h.Name != name {
-				klog.FromContext(ctx).Error(err, "The checkpoint's record of a moved HCA is unreadable; it is not published until it returns", "hca", name, "claim", moved[name].claim)
+		case moved[name].snapshot != nil:
+			if h = moved[name].snapshot.HCA(); h.Name != name {
+				klog.FromContext(ctx).Error(nil, "The checkpoint's record of a moved HCA names another HCA; it is not published until it returns", "hca", name, "recorded", h.Name, "claim", moved[name].claim)
 				d.metrics.backgroundErrors.WithLabelValues("checkpoint").Inc()
 				continue
 			}
@@ -166,12 +167,12 @@ func (d *Driver) keepMovedLocked(ctx context.Context, old hca.Inventory, inv *hc
 			continue // prepared by a daemon that kept no record
 		}
 		note := fmt.Sprintf("moved into the network namespace of the pod of claim %s: the host's sysfs does not list it until it returns", moved[name].claim)
-		if !gosort.Contains(h.Warnings, note) {
-			h.Warnings = append(gosort.Clone(h.Warnings), note)
+		if !slices.Contains(h.Warnings, note) {
+			h.Warnings = append(slices.Clone(h.Warnings), note)
 		}
 		inv.HCAs = append(inv.HCAs, h)
 	}
-	gosort.SortFunc(inv.HCAs, func(a, b hca.HCA) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(inv.HCAs, func(a, b hca.HCA) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // movedDevicesLocked lists the HCAs of claim c that were moved (by name).
@@ -183,6 +184,17 @@ func (d *Driver) movedDevicesLocked(c checkpoint.Claim) []string {
 		}
 	}
 	return out
+}
+
+// checkReturnedAsync runs checkReturned in the background: the helper
+// serializes the kubelet's calls, so a wait inside unprepare would hold up
+// every prepare on the node.
+func (d *Driver) checkReturnedAsync(ctx context.Context, moved map[string]string) {
+	if len(moved) == 0 || d.hostRDMA == nil {
+		return
+	}
+	ctx = context.WithoutCancel(ctx) // the call's context ends with the call
+	d.returnChecks.Go(func() { d.checkReturned(ctx, moved) })
 }
 
 // checkReturned waits up to netnsReturnWait for the moved HCAs of
@@ -205,7 +217,7 @@ func (d *Driver) checkReturned(ctx context.Context, moved map[string]string) {
 		}
 		missing := map[string]string{}
 		for name, claim := range moved {
-			if !gosort.ContainsFunc(devs, func(dev rdmanl.Device) bool { return dev.Name == name }) {
+			if !slices.ContainsFunc(devs, func(dev rdmanl.Device) bool { return dev.Name == name }) {
 				missing[name] = claim
 			}
 		}

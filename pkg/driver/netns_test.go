@@ -2,6 +2,8 @@ package driver_test
 
 import (
 	"context"
+	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -41,7 +44,44 @@ func exclusiveEnv(t *testing.T, foreign bool) *env {
 		t.Fatal(err)
 	}
 	e.allowNonHN, e.hookPath = true, hookPath
+	e.hostLinks = hostLinks{}
+	setInternalIPs(t, e, "10.0.0.5")
 	return e
+}
+
+// hostLinks is the host's netdevs as the moveNetdev check sees them: why
+// the node needs each (none when absent), or the error reading it.
+type hostLinks map[string]string
+
+func (h hostLinks) NetdevUse(name string, nodeIPs []netip.Addr) (string, error) {
+	if why := h[name]; strings.HasPrefix(why, "error: ") {
+		return "", errors.New(strings.TrimPrefix(why, "error: "))
+	} else if strings.HasPrefix(why, "ip ") {
+		// The address it holds: the node's InternalIP or not.
+		ip := netip.MustParseAddr(strings.TrimPrefix(why, "ip "))
+		if slices.Contains(nodeIPs, ip) {
+			return "holds the node's InternalIP " + ip.String(), nil
+		}
+		return "", nil
+	} else {
+		return why, nil
+	}
+}
+
+// setInternalIPs gives the Node these status.addresses of type InternalIP.
+func setInternalIPs(t *testing.T, e *env, ips ...string) {
+	t.Helper()
+	node, err := e.client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: nodeName}}
+	for _, ip := range ips {
+		node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
+	}
+	if _, err := e.client.CoreV1().Nodes().UpdateStatus(context.Background(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // setNetnsMode flips the simulated kernel's mode, as "rdma system set
@@ -106,8 +146,9 @@ func TestExclusiveModeDiscovery(t *testing.T) {
 }
 
 // A pod off the host network on an exclusive-mode node gets the netns hook
-// (with its netdevs, Ethernet or IPoIB, when HcaConfig.moveNetdev asks); a hostNetwork pod,
-// or any pod on a shared-mode node, gets none.
+// (told to move the HCA's netdevs, which it finds itself, and the node's
+// InternalIPs, when HcaConfig.moveNetdev asks); a hostNetwork pod, or any
+// pod on a shared-mode node, gets none.
 func TestNetnsHook(t *testing.T) {
 	t.Parallel()
 	moveNetdev := `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","moveNetdev":true}`
@@ -122,9 +163,9 @@ func TestNetnsHook(t *testing.T) {
 		{name: "own net", device: "mlx5-0",
 			want: [][]string{{"rdma-dra-hook", "netns", "--device=mlx5_0"}}},
 		{name: "netdev too", device: "mlx5-8", configs: []string{moveNetdev},
-			want: [][]string{{"rdma-dra-hook", "netns", "--device=mlx5_8", "--netdev=ens1f0np0"}}},
+			want: [][]string{{"rdma-dra-hook", "netns", "--device=mlx5_8", "--move-netdevs", "--node-ip=10.0.0.5"}}},
 		{name: "ipoib", device: "mlx5-1", configs: []string{moveNetdev},
-			want: [][]string{{"rdma-dra-hook", "netns", "--device=mlx5_1", "--netdev=ibp23s0"}}},
+			want: [][]string{{"rdma-dra-hook", "netns", "--device=mlx5_1", "--move-netdevs", "--node-ip=10.0.0.5"}}},
 		{name: "hostnet", hostNetwork: true, device: "mlx5-2", configs: []string{moveNetdev}},
 		{name: "shared", shared: true, device: "mlx5-3"},
 	}
@@ -136,7 +177,8 @@ func TestNetnsHook(t *testing.T) {
 			if tt.shared {
 				setNetnsMode(t, e, true)
 			}
-			c := e.claim("c", hostNetworkPod("p", tt.hostNetwork), one(tt.device), tt.configs...)
+			// moveNetdev is the DeviceClass's to grant (policy.go).
+			c := e.withClass(e.claim("c", hostNetworkPod("p", tt.hostNetwork), one(tt.device)), "hca.rdma.dra.dev", tt.configs...)
 			s := e.container(e.mustPrepare(c)...)
 			if diff := cmp.Diff(tt.want, hooks(s)); diff != "" {
 				t.Errorf("createRuntime hooks (-want +got):\n%s", diff)
@@ -147,6 +189,58 @@ func TestNetnsHook(t *testing.T) {
 			for _, h := range s.Hooks.CreateRuntime {
 				if h.Path != hookPath || h.Timeout == nil || *h.Timeout != 30 {
 					t.Errorf("hook %s with timeout %v, want %s and 30 s", h.Path, h.Timeout, hookPath)
+				}
+			}
+		})
+	}
+}
+
+// moveNetdev never takes the node's uplink: prepare refuses a netdev that
+// carries the default route or holds the Node's InternalIP, naming the
+// claim, the HCA, the netdev and why; and fails closed when it cannot tell.
+func TestMoveNetdevUplink(t *testing.T) {
+	t.Parallel()
+	moveNetdev := `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","moveNetdev":true}`
+	tests := []struct {
+		name        string
+		links       driver.HostLinks // nil: the driver cannot check
+		nodeIPs     []string
+		hostNetwork bool
+		configs     []string
+		wantErr     string
+	}{
+		{name: "own NIC", links: hostLinks{"ens1f0np0": "ip 192.168.1.8"}, nodeIPs: []string{"10.0.0.5"}, configs: []string{moveNetdev}},
+		{name: "default route", links: hostLinks{"ens1f0np0": "carries the node's default route"}, configs: []string{moveNetdev},
+			wantErr: "claim default/c: device mlx5-8: refusing to move netdev ens1f0np0 of HCA mlx5_8 into the pod (moveNetdev): it carries the node's default route"},
+		{name: "InternalIP", links: hostLinks{"ens1f0np0": "ip 10.0.0.5"}, nodeIPs: []string{"10.0.0.5"}, configs: []string{moveNetdev},
+			wantErr: "claim default/c: device mlx5-8: refusing to move netdev ens1f0np0 of HCA mlx5_8 into the pod (moveNetdev): it holds the node's InternalIP 10.0.0.5"},
+		{name: "IPv6 InternalIP", links: hostLinks{"ens1f0np0": "ip fd00::5"}, nodeIPs: []string{"10.0.0.5", "fd00::5"}, configs: []string{moveNetdev},
+			wantErr: "it holds the node's InternalIP fd00::5"},
+		{name: "unreadable", links: hostLinks{"ens1f0np0": "error: rtnetlink: route dump: operation not permitted"}, configs: []string{moveNetdev},
+			wantErr: "HCA mlx5_8: cannot check its netdev ens1f0np0 before moving it (moveNetdev): rtnetlink: route dump: operation not permitted"},
+		{name: "no check", configs: []string{moveNetdev},
+			wantErr: "HCA mlx5_8: moveNetdev needs the driver to check that none of its netdevs ([ens1f0np0]) carries the node's default route"},
+		{name: "not asked", links: hostLinks{"ens1f0np0": "carries the node's default route"}},
+		{name: "hostnet", links: hostLinks{"ens1f0np0": "carries the node's default route"}, hostNetwork: true, configs: []string{moveNetdev}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := exclusiveEnv(t, false)
+			e.hostLinks = tt.links
+			setInternalIPs(t, e, tt.nodeIPs...)
+			e.start()
+			c := e.withClass(e.claim("c", hostNetworkPod("p", tt.hostNetwork), one("mlx5-8")), "hca.rdma.dra.dev", tt.configs...)
+			r := e.prepare(c)["uid-c"]
+			if tt.wantErr == "" && r.Error != "" || !strings.Contains(r.Error, tt.wantErr) {
+				t.Fatalf("prepare: %q, want an error containing %q", r.Error, tt.wantErr)
+			}
+			if tt.wantErr != "" {
+				return
+			}
+			for _, args := range hooks(e.container(e.mustPrepare(c)...)) {
+				if slices.Contains(args, "--move-netdevs") && !slices.Contains(args, "--node-ip=10.0.0.5") && len(tt.nodeIPs) > 0 {
+					t.Errorf("hook %q without the node's InternalIP", args)
 				}
 			}
 		})
@@ -176,8 +270,10 @@ func TestExclusiveModeRefusals(t *testing.T) {
 		e.shares, e.allowNonHN = 1000, false
 		e.start() // every pod is in the initial namespace: nothing moves
 		c := e.claim("h", hostNetworkPod("h", true), shared("mlx5-0", "s1"))
-		if s := e.container(e.mustPrepare(c)...); hooks(s) != nil {
-			t.Errorf("hooks %q, want none", hooks(s))
+		// Only the hostNetwork check (policy_test.go), no move.
+		want := [][]string{{"rdma-dra-hook", "hostnet", "--device=mlx5_0"}}
+		if s := e.container(e.mustPrepare(c)...); !slices.EqualFunc(hooks(s), want, slices.Equal) {
+			t.Errorf("hooks %q, want %q", hooks(s), want)
 		}
 	})
 	t.Run("mixed pods", func(t *testing.T) {
@@ -331,6 +427,7 @@ func TestMovedHCA(t *testing.T) {
 	if r.Error != "" {
 		t.Fatalf("unprepare: %s", r.Error)
 	}
+	e.drv.WaitReturnChecks()
 	if v := metricValue(t, e.metrics, "rdma_dra_netns_not_returned_total", "hca", "mlx5_3"); v != 1 {
 		t.Errorf("netns_not_returned_total{hca=mlx5_3} = %v, want 1", v)
 	}
@@ -346,6 +443,7 @@ func TestMovedHCA(t *testing.T) {
 	if r := e.unprepare(ref(c2))["uid-c2"]; r.Error != "" {
 		t.Fatalf("unprepare: %s", r.Error)
 	}
+	e.drv.WaitReturnChecks()
 	if v := metricValue(t, e.metrics, "rdma_dra_netns_not_returned_total", "hca", "mlx5_3"); v != 1 || view.calls != before+1 {
 		t.Errorf("returned HCA: counter %v (want still 1), %d checks (want 1)", v, view.calls-before)
 	}
@@ -368,6 +466,7 @@ func TestMovedHCA(t *testing.T) {
 	e.mustPrepare(c3)
 	before = view.calls
 	e.unprepare(ref(c3))
+	e.drv.WaitReturnChecks()
 	if view.calls != before {
 		t.Errorf("%d checks after a hostNetwork claim, want none", view.calls-before)
 	}
@@ -419,7 +518,7 @@ func TestMovedHCABadSnapshot(t *testing.T) {
 	e.mustPrepare(c)
 	restartWhileMoved(t, e, view, "mlx5_3", func(cp *checkpoint.Checkpoint) {
 		cl := cp.Claims["uid-c"]
-		cl.Devices[0].MovedHCA = []byte(`{"Name":"mlx5_9"}`)
+		cl.Devices[0].MovedHCA = &checkpoint.HCA{Name: "mlx5_9"}
 		cp.Claims["uid-c"] = cl
 	})
 	if names := hcaNames(e.drv.Inventory().HCAs); slices.Contains(names, "mlx5_3") {
@@ -478,7 +577,8 @@ func resourceRef(name, uid string) resourceapi.ResourceClaimConsumerReference {
 	return resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: name, UID: types.UID(uid)}
 }
 
-// metricValue reads one labelled counter from the driver's registry.
+// metricValue reads one counter from the driver's registry: the one with
+// label=value, or with label "" the unlabelled one.
 func metricValue(t *testing.T, m *driver.Metrics, name, label, value string) float64 {
 	t.Helper()
 	families, err := m.Registry.Gather()
@@ -490,6 +590,9 @@ func metricValue(t *testing.T, m *driver.Metrics, name, label, value string) flo
 			continue
 		}
 		for _, metric := range f.GetMetric() {
+			if label == "" {
+				return metric.GetCounter().GetValue()
+			}
 			for _, l := range metric.GetLabel() {
 				if l.GetName() == label && l.GetValue() == value {
 					return metric.GetCounter().GetValue()

@@ -4,25 +4,22 @@ package driver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	gosort "slices"
-	"strings"
+	"slices"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
-	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	configapi "github.com/rdma-dra/rdma-dra-driver/api/rdma.dra.dev/v1alpha1"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
-	rslices "github.com/rdma-dra/rdma-dra-driver/pkg/slices"
 )
 
 // HostNetworkHint tells an operator how to allow non-hostNetwork pods.
@@ -39,7 +36,11 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		return map[types.UID]kubeletplugin.PrepareResult{}, nil // a liveness probe
 	}
 	start := time.Now()
+	facts := d.gatherFacts(ctx, claims)
 	d.mu.Lock()
+	if err := d.refuseWhileDraining(ctx); err != nil {
+		return nil, err
+	}
 	defer d.mu.Unlock()
 
 	cp, err := d.store.Load()
@@ -48,8 +49,8 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	}
 	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	var resolved []checkpoint.Claim
-	for _, claim := range claims {
-		c, err := d.resolveLocked(ctx, claim, cp, resolved)
+	for i, claim := range claims {
+		c, err := d.resolveLocked(claim, cp, resolved, facts[i])
 		if err != nil {
 			results[claim.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
 			continue
@@ -57,10 +58,16 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		resolved = append(resolved, c)
 	}
 
-	candidates := append(gosort.Collect(maps.Values(cp.Claims)), resolved...)
+	candidates := append(slices.Collect(maps.Values(cp.Claims)), resolved...)
 	var written []checkpoint.Claim
+	devs := map[string][]kubeletplugin.Device{}
 	for _, c := range resolved {
-		if err := d.writeSpecLocked(c, d.groupLocked(c, candidates)); err != nil {
+		err := d.writeSpecLocked(c, d.groupLocked(c, candidates))
+		if err == nil {
+			devs[c.UID], err = d.writeMetadataLocked(c)
+		}
+		if err != nil {
+			d.undoLocked(c, cp)
 			results[types.UID(c.UID)] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
 			continue
 		}
@@ -75,29 +82,56 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	})
 	for _, c := range written {
 		if err != nil {
-			// Without a record, unprepare could not clean up: undo the spec
-			// unless an earlier, recorded prepare owns it.
-			if _, known := cp.Claims[c.UID]; !known {
-				_ = d.specs.RemoveClaim(c.UID)
-			}
+			d.undoLocked(c, cp)
 			results[types.UID(c.UID)] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: recording it in the checkpoint: %w", c.Namespace, c.Name, err)}
 			continue
 		}
-		results[types.UID(c.UID)] = kubeletplugin.PrepareResult{Devices: d.resultDevicesLocked(c)}
+		results[types.UID(c.UID)] = kubeletplugin.PrepareResult{Devices: devs[c.UID]}
+		d.statusPreparedLocked(c)
+		if _, repeat := cp.Claims[c.UID]; repeat {
+			d.metrics.prepareRepeated.Inc()
+			klog.FromContext(ctx).V(2).Info("Prepared a claim again (already in the checkpoint)", "claim", c.Namespace+"/"+c.Name, "claimUID", c.UID)
+		}
 	}
 	d.metrics.observe(d.metrics.prepareTotal, d.metrics.prepareDuration, results, start)
 	return results, nil
 }
 
+// undoLocked removes the files of a claim that failed: without a record,
+// unprepare could not clean up. An earlier, recorded prepare keeps them.
+func (d *Driver) undoLocked(c checkpoint.Claim, cp checkpoint.Checkpoint) {
+	if _, known := cp.Claims[c.UID]; known {
+		return
+	}
+	_ = d.specs.RemoveClaim(c.UID)
+	if d.meta.dataDir != "" {
+		_ = d.meta.remove(c.Namespace, c.Name, c.UID, sameNameClaim(cp, c.Namespace, c.Name, c.UID))
+	}
+}
+
+// sameNameClaim reports whether cp holds a claim namespace/name other than
+// uid (a claim deleted and made again): the metadata directory, named by
+// namespace and name, is then that claim's.
+func sameNameClaim(cp checkpoint.Checkpoint, namespace, name, uid string) bool {
+	for _, c := range cp.Claims {
+		if c.Namespace == namespace && c.Name == name && c.UID != uid {
+			return true
+		}
+	}
+	return false
+}
+
 // resolveLocked turns a claim's allocation into the record of what to
 // prepare, checking the policy, the config and the inventory.
-func (d *Driver) resolveLocked(ctx context.Context, claim *resourceapi.ResourceClaim, cp checkpoint.Checkpoint, pending []checkpoint.Claim) (checkpoint.Claim, error) {
+func (d *Driver) resolveLocked(claim *resourceapi.ResourceClaim, cp checkpoint.Checkpoint, pending []checkpoint.Claim, facts claimFacts) (checkpoint.Claim, error) {
 	c := checkpoint.Claim{
 		UID:        string(claim.UID),
 		Namespace:  claim.Namespace,
 		Name:       claim.Name,
 		BootID:     d.bootID,
 		PreparedAt: time.Now().UTC(),
+		// Set when a ResourceClaimTemplate made the claim.
+		PodClaimName: claim.Annotations[resourceapi.PodResourceClaimAnnotation],
 	}
 	alloc := claim.Status.Allocation
 	if alloc == nil {
@@ -108,18 +142,20 @@ func (d *Driver) resolveLocked(ctx context.Context, claim *resourceapi.ResourceC
 			c.PodUIDs = append(c.PodUIDs, string(ref.UID))
 		}
 	}
-	gosort.Sort(c.PodUIDs)
-	network, err := d.claimNetwork(ctx, claim)
-	if err != nil {
-		return c, err
+	slices.Sort(c.PodUIDs)
+	if facts.networkErr != nil {
+		return c, facts.networkErr
 	}
-	c.Network = string(network)
+	if facts.exclusive != d.exclusiveLocked() {
+		return c, errors.New("the node's RDMA netns mode changed while the claim's pods were looked up; the kubelet retries the prepare")
+	}
+	c.Network = string(facts.network)
 
 	for _, r := range alloc.Devices.Results {
 		if r.Driver != d.cfg.DriverName {
 			continue
 		}
-		cfg, err := configFor(d.cfg.DriverName, alloc.Devices.Config, r.Request)
+		cfg, err := d.claimConfig(claim, r.Request)
 		if err != nil {
 			return c, err
 		}
@@ -140,7 +176,7 @@ func (d *Driver) resolveLocked(ctx context.Context, claim *resourceapi.ResourceC
 			return c, err
 		}
 		if cfg.PKey != nil {
-			if dev.PKey, err = d.pkey(h, *cfg.PKey); err != nil {
+			if dev.PKey, err = pkeyOf(h, *cfg.PKey, facts.pkeys); err != nil {
 				return c, err
 			}
 		}
@@ -160,10 +196,17 @@ func (d *Driver) resolveLocked(ctx context.Context, claim *resourceapi.ResourceC
 		if err := d.checkMoveLocked(c, dev); err != nil {
 			return c, err
 		}
-		if d.movesLocked(c, dev) {
-			if dev.MovedHCA, err = json.Marshal(h); err != nil {
-				return c, fmt.Errorf("device %s (%s): recording it before it moves: %w", r.Device, h.Name, err)
+		if dev.MoveNetdev && d.movesLocked(c, dev) {
+			err, checked := facts.netdevs[h.Name]
+			if !checked {
+				err = fmt.Errorf("HCA %s: %w", h.Name, errNoUplinkFacts)
 			}
+			if err != nil {
+				return c, fmt.Errorf("device %s: %w", r.Device, err)
+			}
+		}
+		if d.movesLocked(c, dev) {
+			dev.MovedHCA = checkpoint.SnapshotHCA(h)
 		}
 		if holder := holderOf(dev, c.UID, cp, pending); holder != "" {
 			return c, fmt.Errorf("device %s (%s) is already prepared for claim %s; refusing to hand one HCA to two claims", r.Device, h.Name, holder)
@@ -238,7 +281,7 @@ func overlap(a, b checkpoint.Device) bool {
 }
 
 func (d *Driver) isLegacy(device string) bool {
-	return d.cfg.LegacyShares > 0 && device == rslices.LegacyDeviceName
+	return d.cfg.LegacyShares > 0 && device == devices.LegacyDeviceName
 }
 
 // usableLocked returns the usable HCAs sorted by name.
@@ -252,338 +295,32 @@ func (d *Driver) usableLocked() []hca.HCA {
 	return out
 }
 
-// limits reads the RDMA cgroup capacities an allocation consumed.
-func (d *Driver) limits(r resourceapi.DeviceRequestAllocationResult) (*checkpoint.Limits, error) {
-	var l checkpoint.Limits
-	for name, dst := range map[string]*int64{rslices.CapacityHCAHandles: &l.HCAHandles, rslices.CapacityHCAObjects: &l.HCAObjects} {
-		q, ok := r.ConsumedCapacity[resourceapi.QualifiedName(d.cfg.DriverName+"/"+name)]
-		if !ok {
-			continue
-		}
-		v, exact := q.AsInt64()
-		if !exact || v < 0 {
-			return nil, fmt.Errorf("device %s: consumed capacity %s is %s, want a whole number >= 0", r.Device, name, q.String())
-		}
-		*dst = v
-	}
-	if l == (checkpoint.Limits{}) {
-		return nil, nil
-	}
-	if d.cfg.HookPath == "" {
-		return nil, fmt.Errorf("device %s: the claim consumed RDMA cgroup limits (%d handles, %d objects), but this node sets none (no rdma cgroup controller, or no hook)", r.Device, l.HCAHandles, l.HCAObjects)
-	}
-	return &l, nil
+// claimFacts is what resolving a claim needs from outside the driver's
+// state: its pods' network (informer lookups that may fall back to an API
+// call) and the P_Key tables its configs name (up to 128 sysfs reads a
+// port). gatherFacts collects them before d.mu is taken, so neither holds
+// up a rescan or another call.
+type claimFacts struct {
+	network    cdi.Network
+	networkErr error
+	// exclusive is the netns mode the lookup assumed: it decides whether
+	// a failed lookup is fatal.
+	exclusive bool
+	pkeys     pkeyTables
+	// netdevs is the moveNetdev check of each HCA whose netdevs would
+	// move, by ibdev: nil when they may.
+	netdevs map[string]error
 }
 
-// pkey finds the claim's partition in every port of h: NCCL takes one
-// index, so the ports must agree on it.
-func (d *Driver) pkey(h hca.HCA, key string) (*checkpoint.PKey, error) {
-	want, err := configapi.ParsePKey(key)
-	if err != nil {
-		return nil, err
-	}
-	if h.Name == "" {
-		return nil, fmt.Errorf("pkey %s: the legacy device stands for every HCA; ask for HCAs by class to use a partition", key)
-	}
-	reader, ok := d.source.(PKeyReader)
-	if !ok {
-		return nil, fmt.Errorf("pkey %s: this node's inventory cannot read P_Key tables", key)
-	}
-	var out *checkpoint.PKey
-	for _, p := range h.Ports {
-		table, err := reader.PKeys(h.Name, p.Number)
-		if err != nil {
-			return nil, fmt.Errorf("pkey %s: %w", key, err)
-		}
-		i, ok := hca.FindPKey(table, want)
-		if !ok {
-			return nil, fmt.Errorf("HCA %s port %d has no P_Key 0x%04x in its table (%s); the subnet manager must add the port to the partition", h.Name, p.Number, want, describePKeys(table))
-		}
-		if out != nil && out.Index != i {
-			return nil, fmt.Errorf("P_Key 0x%04x is at index %d on HCA %s port %d but at %d on an earlier port; NCCL_IB_PKEY takes one index", want, i, h.Name, p.Number, out.Index)
-		}
-		out = &checkpoint.PKey{Value: want, Index: i}
-	}
-	if out == nil {
-		return nil, fmt.Errorf("pkey %s: HCA %s has no ports", key, h.Name)
-	}
-	return out, nil
+// pkeyTables are P_Key tables read ahead, by ibdev and port.
+type pkeyTables map[portRef]pkeyTable
+
+type portRef struct {
+	ibdev string
+	port  int
 }
 
-func describePKeys(table []hca.PKey) string {
-	if len(table) == 0 {
-		return "empty"
-	}
-	var b strings.Builder
-	for i, k := range table {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "0x%04x at %d", k.Value, k.Index)
-	}
-	return b.String()
-}
-
-func samePKey(a, b *checkpoint.PKey) bool {
-	return a == nil && b == nil || a != nil && b != nil && *a == *b
-}
-
-func pkeyName(k *checkpoint.PKey) string {
-	if k == nil {
-		return "none"
-	}
-	return fmt.Sprintf("0x%04x at index %d", k.Value, k.Index)
-}
-
-func familyName(f string) string {
-	if f == "" {
-		return string(configapi.AddressFamilyAuto)
-	}
-	return f
-}
-
-// claimNetwork looks up the pods the claim is reserved for: it enforces
-// --allow-non-host-network=false, and tells the GID hints whether the
-// host's GID table is the pods' own. Where the policy allows every pod, a
-// failed lookup only costs the hints their host index (NetworkUnknown).
-//
-// In exclusive RDMA netns mode the answer decides whether the HCAs move, so
-// it must be known: a failed lookup is an error there too, and so is a
-// claim reserved for pods both on and off the host network.
-func (d *Driver) claimNetwork(ctx context.Context, claim *resourceapi.ResourceClaim) (cdi.Network, error) {
-	enforce := !d.cfg.AllowNonHostNetwork
-	exclusive := d.exclusiveLocked()
-	if d.pods == nil {
-		if exclusive {
-			return "", errors.New("this node's RDMA subsystem is in exclusive netns mode, where the HCAs of a pod that is not on the host network move into its namespace, but the driver cannot look pods up")
-		}
-		return cdi.NetworkUnknown, nil // New refuses this when enforcing
-	}
-	host, own := 0, 0
-	for _, ref := range claim.Status.ReservedFor {
-		if ref.APIGroup != "" || ref.Resource != "pods" {
-			continue
-		}
-		pod, err := d.pods.GetPod(ctx, claim.Namespace, ref.Name, ref.UID)
-		if err == nil && pod.UID != ref.UID {
-			err = fmt.Errorf("pod %s/%s has UID %s, but the claim is reserved for UID %s", claim.Namespace, ref.Name, pod.UID, ref.UID)
-		} else if err != nil {
-			err = fmt.Errorf("looking up pod %s/%s for the hostNetwork policy: %w", claim.Namespace, ref.Name, err)
-		}
-		if err != nil {
-			if enforce || exclusive {
-				return "", err
-			}
-			klog.FromContext(ctx).V(2).Info("No GID index hints for the claim", "claim", klog.KObj(claim), "err", err)
-			return cdi.NetworkUnknown, nil
-		}
-		if pod.Spec.HostNetwork {
-			host++
-			continue
-		}
-		if enforce {
-			return "", fmt.Errorf("pod %s/%s does not use hostNetwork, and RDMA for non-hostNetwork pods is disabled on this node; %s", claim.Namespace, ref.Name, HostNetworkHint)
-		}
-		own++
-	}
-	switch {
-	case exclusive && host > 0 && own > 0:
-		return "", fmt.Errorf("the claim is reserved for pods on the host network and pods on their own, but this node's RDMA subsystem is in exclusive netns mode, where an HCA is in one network namespace at a time")
-	case host > 0 && own == 0:
-		return cdi.NetworkHost, nil
-	case own > 0 && host == 0:
-		return cdi.NetworkPod, nil
-	}
-	return cdi.NetworkUnknown, nil
-}
-
-// writeSpecLocked (re)writes the CDI spec of a resolved claim. group is the
-// set of HCAs the claim's containers see with it, for the aggregate env.
-func (d *Driver) writeSpecLocked(c checkpoint.Claim, group []hca.HCA) error {
-	env := false
-	family := ""
-	var pkey *cdi.PKey
-	var devices []cdi.ClaimDevice
-	for _, dev := range c.Devices {
-		opts := cdi.EditOptions{ManagementDevices: dev.ManagementDevices, Env: dev.Env, HostDevRoot: d.cfg.HostDevRoot}
-		var edits cdispec.ContainerEdits
-		var err error
-		if h, ok := d.byDevice[dev.Device]; ok {
-			edits, err = cdi.DeviceEdits(h, opts)
-			// The move first: a container whose HCA cannot join its
-			// namespace is refused before anything else is done for it.
-			var move *cdispec.Hook
-			if err == nil {
-				if move, err = d.netnsHookLocked(c, dev, h); move != nil {
-					edits.Hooks = append(edits.Hooks, move)
-				}
-			}
-			if err == nil && dev.Limits != nil {
-				edits.Hooks = append(edits.Hooks, cdi.LimitHook(d.cfg.HookPath, h.Name, dev.Limits.HCAHandles, dev.Limits.HCAObjects))
-			}
-		} else if dev.IBDev == "" && d.isLegacy(dev.Device) {
-			if usable := d.usableLocked(); len(usable) > 0 {
-				edits, err = cdi.NodeEdits(usable, opts)
-			} else {
-				// Every HCA gone: the spec must still load (CDI refuses a
-				// device without edits) and must not name removed nodes.
-				edits = cdispec.ContainerEdits{Env: []string{"RDMA_DEVICES="}}
-			}
-		} else {
-			return fmt.Errorf("device %s (%s) is no longer usable on node %s", dev.Device, dev.IBDev, d.cfg.NodeName)
-		}
-		if err != nil {
-			return err
-		}
-		env = env || dev.Env
-		family = dev.AddressFamily
-		if dev.PKey != nil {
-			pkey = &cdi.PKey{Value: dev.PKey.Value, Index: dev.PKey.Index}
-		}
-		devices = append(devices, cdi.ClaimDevice{Name: cdi.DeviceName(c.UID, dev.Device, dev.ShareID), Edits: edits})
-	}
-	if len(devices) == 0 {
-		return d.specs.RemoveClaim(c.UID)
-	}
-	common := cdi.CommonEdits(d.inv.RDMACM, group, cdi.EditOptions{Env: env, HostDevRoot: d.cfg.HostDevRoot,
-		Network: cdi.Network(c.Network), Family: cdi.AddressFamily(family), PKey: pkey})
-	return d.specs.WriteClaim(c.UID, common, devices)
-}
-
-// groupLocked returns the HCAs a container using claim c may see together:
-// its own, plus those of every claim reserved for one of the same pods. All
-// claims of a container then carry identical aggregate variables, so the
-// runtime's "last device wins" for env cannot hide an HCA.
-func (d *Driver) groupLocked(c checkpoint.Claim, candidates []checkpoint.Claim) []hca.HCA {
-	seen := map[string]bool{}
-	var group []hca.HCA
-	add := func(other checkpoint.Claim) {
-		for _, dev := range other.Devices {
-			hcas := []hca.HCA{d.byDevice[dev.Device]}
-			if d.isLegacy(dev.Device) {
-				hcas = d.usableLocked()
-			}
-			for _, h := range hcas {
-				if name := deviceName(h); h.Name != "" && !seen[name] {
-					seen[name] = true
-					group = append(group, h)
-				}
-			}
-		}
-	}
-	add(c)
-	for _, other := range candidates {
-		if other.UID != c.UID && sharesPod(c, other) {
-			add(other)
-		}
-	}
-	return group
-}
-
-func sharesPod(a, b checkpoint.Claim) bool {
-	for _, p := range a.PodUIDs {
-		if gosort.Contains(b.PodUIDs, p) {
-			return true
-		}
-	}
-	return false
-}
-
-// resultDevicesLocked is what the kubelet hands to the runtime for a
-// claim, with each device's metadata when that is on.
-func (d *Driver) resultDevicesLocked(c checkpoint.Claim) []kubeletplugin.Device {
-	out := make([]kubeletplugin.Device, 0, len(c.Devices))
-	for _, dev := range c.Devices {
-		kd := kubeletplugin.Device{
-			Requests:     []string{dev.Request},
-			PoolName:     dev.Pool,
-			DeviceName:   dev.Device,
-			CDIDeviceIDs: dev.CDIDeviceIDs,
-		}
-		if dev.ShareID != "" {
-			id := types.UID(dev.ShareID)
-			kd.ShareID = &id
-		}
-		if d.cfg.DeviceMetadata {
-			kd.Metadata = d.metadataLocked(dev)
-		}
-		out = append(out, kd)
-	}
-	return out
-}
-
-// metadataLocked is the metadata of a prepared device, from the inventory
-// it was prepared with.
-func (d *Driver) metadataLocked(dev checkpoint.Device) *kubeletplugin.DeviceMetadata {
-	opts := rslices.Options{DriverName: d.cfg.DriverName}
-	if h, ok := d.byDevice[dev.Device]; ok {
-		attrs := rslices.Metadata(h, d.inv.NetnsMode, dev.ShareID, opts)
-		if k := dev.PKey; k != nil {
-			v, i := fmt.Sprintf("0x%04x", k.Value), int64(k.Index)
-			attrs[d.cfg.DriverName+"/pkey"] = resourceapi.DeviceAttribute{StringValue: &v}
-			attrs[d.cfg.DriverName+"/pkeyIndex"] = resourceapi.DeviceAttribute{IntValue: &i}
-		}
-		if l := dev.Limits; l != nil {
-			for name, v := range map[string]int64{"hcaHandleLimit": l.HCAHandles, "hcaObjectLimit": l.HCAObjects} {
-				if v > 0 {
-					attrs[d.cfg.DriverName+"/"+name] = resourceapi.DeviceAttribute{IntValue: &v}
-				}
-			}
-		}
-		return &kubeletplugin.DeviceMetadata{Attributes: attrs}
-	}
-	if d.isLegacy(dev.Device) {
-		return &kubeletplugin.DeviceMetadata{Attributes: rslices.LegacyMetadata(d.usableLocked(), opts)}
-	}
-	return nil
-}
-
-// UnprepareResourceClaims removes the claims' CDI specs and forgets them.
-// It works from the checkpoint alone: the claims may already be deleted.
-// An unknown claim is success (the kubelet retries after restarts).
-func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	start := time.Now()
-	d.mu.Lock()
-	locked := true
-	defer func() {
-		if locked {
-			d.mu.Unlock()
-		}
-	}()
-
-	results := make(map[types.UID]error, len(claims))
-	var done []string
-	moved := map[string]string{} // ibdev -> claim, of HCAs the kernel should hand back
-	for _, claim := range claims {
-		if err := d.specs.RemoveClaim(string(claim.UID)); err != nil {
-			results[claim.UID] = fmt.Errorf("claim %s: removing its CDI spec: %w", claim.String(), err)
-			continue
-		}
-		results[claim.UID] = nil
-		done = append(done, string(claim.UID))
-	}
-	err := d.store.Update(func(cp *checkpoint.Checkpoint) error {
-		for _, uid := range done {
-			if c, ok := cp.Claims[uid]; ok {
-				for _, ibdev := range d.movedDevicesLocked(c) {
-					moved[ibdev] = c.Namespace + "/" + c.Name
-				}
-			}
-			delete(cp.Claims, uid)
-		}
-		return nil
-	})
-	if err != nil {
-		moved = nil // still recorded: the kubelet asks again
-		for _, uid := range done {
-			results[types.UID(uid)] = fmt.Errorf("claim %s: updating the checkpoint: %w", uid, err)
-		}
-	}
-	klog.FromContext(ctx).V(4).Info("Unprepared claims", "count", len(done))
-	d.metrics.observeErrs(d.metrics.unprepareTotal, d.metrics.unprepareDuration, results, start)
-	// Prepares need not wait for the kernel.
-	d.mu.Unlock()
-	locked = false
-	d.checkReturned(ctx, moved)
-	return results, nil
+type pkeyTable struct {
+	entries []hca.PKey
+	err     error
 }

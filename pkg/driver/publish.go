@@ -6,7 +6,7 @@ package driver
 import (
 	"context"
 	"errors"
-	gosort "slices"
+	"slices"
 	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -17,8 +17,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
-	rslices "github.com/rdma-dra/rdma-dra-driver/pkg/slices"
 )
 
 // rescan rediscovers the node and swaps in the new inventory. It reports
@@ -33,7 +33,7 @@ func (d *Driver) rescan(ctx context.Context) (bool, error) {
 	}
 	d.mu.Lock()
 	d.keepMovedLocked(ctx, d.inv, &inv)
-	byDevice := rslices.Published(inv)
+	byDevice := devices.Published(inv)
 	// The first inventory always counts as a change, even an empty one: the
 	// device-plugin shim waits for it.
 	changed := !d.scanned || !apiequality.Semantic.DeepEqual(d.inv, inv)
@@ -74,12 +74,12 @@ func (d *Driver) refreshNodeWideSpecsLocked(ctx context.Context) {
 	}
 	var nodeWide []checkpoint.Claim
 	for _, c := range cp.Claims {
-		if gosort.ContainsFunc(c.Devices, func(dev checkpoint.Device) bool { return d.isLegacy(dev.Device) }) {
+		if slices.ContainsFunc(c.Devices, func(dev checkpoint.Device) bool { return d.isLegacy(dev.Device) }) {
 			nodeWide = append(nodeWide, c)
 		}
 	}
 	d.rewriteSpecsLocked(klog.FromContext(ctx), cp, func(c checkpoint.Claim) bool {
-		return gosort.ContainsFunc(nodeWide, func(n checkpoint.Claim) bool { return n.UID == c.UID || sharesPod(c, n) })
+		return slices.ContainsFunc(nodeWide, func(n checkpoint.Claim) bool { return n.UID == c.UID || sharesPod(c, n) })
 	})
 }
 
@@ -118,7 +118,7 @@ func logInventory(logger klog.Logger, old, inv hca.Inventory) {
 
 // resources is what the current inventory publishes.
 func (d *Driver) resourcesLocked() resourceslice.DriverResources {
-	return rslices.Resources(d.cfg.NodeName, d.inv, rslices.Options{
+	return devices.Resources(d.cfg.NodeName, d.inv, devices.Options{
 		DriverName: d.cfg.DriverName, Shares: d.cfg.Shares, LegacyShares: d.cfg.LegacyShares,
 		HCAHandles: d.cfg.HCAHandles, HCAObjects: d.cfg.HCAObjects,
 		TaintedSince: d.taintedSince,
@@ -153,16 +153,16 @@ func (d *Driver) publish(ctx context.Context) error {
 		d.metrics.backgroundErrors.WithLabelValues("publish").Inc()
 		return err
 	}
-	devices := 0
+	devs := 0
 	for _, pool := range res.Pools {
 		for _, s := range pool.Slices {
-			devices += len(s.Devices)
+			devs += len(s.Devices)
 		}
 	}
 	d.metrics.publishes.Inc()
 	d.metrics.lastPublish.SetToCurrentTime()
-	d.metrics.publishedDevices.Set(float64(devices))
-	klog.FromContext(ctx).V(2).Info("Published ResourceSlices", "devices", devices)
+	d.metrics.publishedDevices.Set(float64(devs))
+	klog.FromContext(ctx).V(2).Info("Published ResourceSlices", "devices", devs)
 	return nil
 }
 
@@ -181,6 +181,9 @@ func (d *Driver) Run(ctx context.Context) {
 	}
 	if d.kernel != nil {
 		go d.followKernel(ctx, d.kernel)
+	}
+	if d.status != nil {
+		go d.status.run(ctx)
 	}
 	var retry <-chan time.Time
 	for {
@@ -255,9 +258,13 @@ func (d *Driver) resetBackoff() {
 	d.mu.Unlock()
 }
 
-// Rescan rediscovers the node now and republishes if anything changed. Run
-// calls it on its interval; event sources (and tests) call it directly.
+// Rescan rediscovers the node now, everything read again, and republishes
+// if anything changed: kernel events, the port watcher (and tests) call it.
+// Run's periodic rescan re-reads only what changes without an event.
 func (d *Driver) Rescan(ctx context.Context) error {
+	if inv, ok := d.source.(Invalidator); ok {
+		inv.Invalidate()
+	}
 	if _, err := d.rescan(ctx); err != nil {
 		return err
 	}

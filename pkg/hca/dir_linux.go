@@ -147,3 +147,17 @@ func (d dir) pathOr(parent dir, name string) string {
 	}
 	return name
 }
+
+// identity is the device and inode of name in d, symlinks followed: a
+// device removed and added again under its name has another.
+func (p *pass) identity(d dir, name string) (devIdent, bool) {
+	var st unix.Stat_t
+	path := name
+	if d.fd < 0 {
+		path = d.join(name)
+	}
+	if unix.Fstatat(d.fdOrCwd(), path, &st, 0) != nil {
+		return devIdent{}, false
+	}
+	return devIdent{uint64(st.Dev), uint64(st.Ino)}, true
+}

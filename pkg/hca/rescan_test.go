@@ -46,19 +46,66 @@ func TestDiscoverDirectReadsMatchPathReads(t *testing.T) {
 	}
 }
 
-// Every file discovery reads is read again by the next discovery the
-// daemon runs (a rescan, a port change, a kernel event): nothing is kept
-// from one pass to the next, so any change is seen.
+// How each change reaches the inventory (see rescan.go).
+const (
+	// The next rescan re-reads it: it changes without a kernel event.
+	byRescan = "rescan"
+	// The kernel announces it (uevent, link or address message): the
+	// daemon invalidates, and the next discovery is a full pass.
+	byEvent = "event"
+	// Neither: the full rescan interval is the safety net.
+	byFullInterval = "full interval"
+)
+
+// Every change is seen: what changes silently by the next rescan, what
+// the kernel announces by the discovery after the event, the rest by the
+// next full pass.
 func TestRescanSeesEveryChange(t *testing.T) {
 	dgx, _ := hcatest.Preset("dgx-h100")
 	rxe, _ := hcatest.Preset("rxe")
 	for _, tt := range []struct {
 		name   string
 		spec   hcatest.Spec
-		change func(t *testing.T, n *hcatest.Node)
-		check  func(inv hca.Inventory) error
+		seenBy string
+		// fullPass: the rescan itself finds the change needs one.
+		fullPass bool
+		change   func(t *testing.T, n *hcatest.Node)
+		check    func(inv hca.Inventory) error
 	}{{
-		name: "a GID added in an empty slot", spec: rxe,
+		name: "a port's rate changed", spec: dgx, seenBy: byRescan,
+		change: func(t *testing.T, n *hcatest.Node) {
+			write(t, filepath.Join(n.IBDevDir("mlx5_1"), "ports", "1", "rate"), "200 Gb/sec (4X HDR)")
+		},
+		check: func(inv hca.Inventory) error {
+			if p := findHCA(inv, "mlx5_1").Ports[0]; p.RateGbps != 200 || p.Speed != "HDR" {
+				return fmt.Errorf("mlx5_1 port 1 rate %v %s, want 200 HDR", p.RateGbps, p.Speed)
+			}
+			return nil
+		},
+	}, {
+		name: "a LID assigned by the subnet manager", spec: dgx, seenBy: byRescan,
+		change: func(t *testing.T, n *hcatest.Node) {
+			write(t, filepath.Join(n.IBDevDir("mlx5_2"), "ports", "1", "lid"), "0x4242")
+		},
+		check: func(inv hca.Inventory) error {
+			if p := findHCA(inv, "mlx5_2").Ports[0]; p.LID != 0x4242 {
+				return fmt.Errorf("mlx5_2 port 1 LID %#x, want 0x4242", p.LID)
+			}
+			return nil
+		},
+	}, {
+		name: "a subnet prefix changed by the subnet manager", spec: dgx, seenBy: byRescan, fullPass: true,
+		change: func(t *testing.T, n *hcatest.Node) {
+			write(t, filepath.Join(n.IBDevDir("mlx5_4"), "ports", "1", "gids", "0"), "fec0:0000:0000:0001:a088:c203:0012:3a44")
+		},
+		check: func(inv hca.Inventory) error {
+			if g := findGID(inv, "mlx5_4", 0); g == nil || g.GID != "fec0:0000:0000:0001:a088:c203:0012:3a44" {
+				return fmt.Errorf("mlx5_4 GID 0 = %+v, want the new prefix", g)
+			}
+			return nil
+		},
+	}, {
+		name: "a GID added in an empty slot", spec: rxe, seenBy: byEvent,
 		change: func(t *testing.T, n *hcatest.Node) {
 			port := filepath.Join(n.IBDevDir("rxe0"), "ports", "1")
 			write(t, filepath.Join(port, "gids", "700"), "0000:0000:0000:0000:0000:ffff:0a00:0063")
@@ -73,7 +120,7 @@ func TestRescanSeesEveryChange(t *testing.T) {
 			return nil
 		},
 	}, {
-		name: "a GID removed", spec: rxe,
+		name: "a GID removed", spec: rxe, seenBy: byEvent,
 		change: func(t *testing.T, n *hcatest.Node) {
 			write(t, filepath.Join(n.IBDevDir("rxe0"), "ports", "1", "gids", "1"), "0000:0000:0000:0000:0000:0000:0000:0000")
 		},
@@ -87,7 +134,7 @@ func TestRescanSeesEveryChange(t *testing.T) {
 			return nil
 		},
 	}, {
-		name: "a netdev renamed", spec: dgx,
+		name: "a netdev renamed", spec: dgx, seenBy: byEvent,
 		change: func(t *testing.T, n *hcatest.Node) {
 			if err := n.RenameNetdev("ens1f0np0", "rdma0"); err != nil {
 				t.Fatal(err)
@@ -106,7 +153,7 @@ func TestRescanSeesEveryChange(t *testing.T) {
 			return nil
 		},
 	}, {
-		name: "a port going down", spec: dgx,
+		name: "a port going down", spec: dgx, seenBy: byRescan,
 		change: func(t *testing.T, n *hcatest.Node) {
 			if err := n.SetPortState("mlx5_3", 1, "1: DOWN", "3: Disabled"); err != nil {
 				t.Fatal(err)
@@ -119,7 +166,7 @@ func TestRescanSeesEveryChange(t *testing.T) {
 			return nil
 		},
 	}, {
-		name: "a node description set by rdma-ndd", spec: dgx,
+		name: "a node description set by rdma-ndd", spec: dgx, seenBy: byFullInterval,
 		change: func(t *testing.T, n *hcatest.Node) {
 			write(t, filepath.Join(n.IBDevDir("mlx5_0"), "node_desc"), "dgx01 HCA-1")
 		},
@@ -130,7 +177,7 @@ func TestRescanSeesEveryChange(t *testing.T) {
 			return nil
 		},
 	}, {
-		name: "an HCA removed", spec: dgx,
+		name: "an HCA removed", spec: dgx, seenBy: byRescan, fullPass: true,
 		change: func(t *testing.T, n *hcatest.Node) {
 			if err := n.RemoveHCA("mlx5_5"); err != nil {
 				t.Fatal(err)
@@ -145,7 +192,12 @@ func TestRescanSeesEveryChange(t *testing.T) {
 	}} {
 		t.Run(tt.name, func(t *testing.T) {
 			n := build(t, tt.spec)
-			d := hca.NewDiscoverer(hca.WithSysfsRoot(n.SysfsRoot), hca.WithDevRoot(n.DevRoot))
+			opts := []hca.Option{hca.WithSysfsRoot(n.SysfsRoot), hca.WithDevRoot(n.DevRoot)}
+			if tt.seenBy == byFullInterval {
+				// Every pass is the full one an interval makes.
+				opts = append(opts, hca.WithFullRescanInterval(0))
+			}
+			d := hca.NewDiscoverer(opts...)
 			before, err := d.Discover()
 			if err != nil {
 				t.Fatal(err)
@@ -157,12 +209,19 @@ func TestRescanSeesEveryChange(t *testing.T) {
 				t.Fatal(err)
 			}
 			tt.change(t, n)
+			if tt.seenBy == byEvent {
+				d.Invalidate()
+			}
+			full := d.FullPasses()
 			after, err := d.Discover()
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := tt.check(after); err != nil {
 				t.Error(err)
+			}
+			if tt.seenBy == byRescan && (d.FullPasses() > full) != tt.fullPass {
+				t.Errorf("full passes %d -> %d; want a full pass: %v", full, d.FullPasses(), tt.fullPass)
 			}
 		})
 	}

@@ -23,7 +23,10 @@ const (
 	TransportIWARP Transport = "iwarp"
 )
 
-// NetnsMode is the RDMA subsystem's network namespace mode.
+// NetnsMode is the RDMA subsystem's network namespace mode, as the
+// inventory reports it (Unknown when neither sysfs nor netlink says).
+// rdmanl.NetnsMode is the kernel's netlink attribute, mapped to this in
+// netlink.go.
 type NetnsMode string
 
 const (

@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
 )
 
@@ -75,6 +77,25 @@ type Config struct {
 	// PollInterval is how often Run looks for a kubelet restart;
 	// DefaultPollInterval when 0.
 	PollInterval time.Duration
+	// Hooks, when HookPath is set, are the container-start hooks the
+	// node-wide device carries (rdma-dra-hook at that host path).
+	Hooks Hooks
+}
+
+// Hooks are what every container given the node-wide device runs before
+// its process starts. The device plugin sees no pod (Allocate gets device
+// IDs only), so the container's start is where its policies hold.
+type Hooks struct {
+	// HookPath is the host path of rdma-dra-hook; empty: no hooks.
+	HookPath string
+	// HostNetworkOnly refuses a container that is not on the host network
+	// (--allow-non-host-network=false). Allocate then answers with the CDI
+	// device alone: device nodes handed to the runtime directly would reach
+	// a container that skips the check.
+	HostNetworkOnly bool
+	// HCAHandles and HCAObjects > 0 set every container's rdma.max on each
+	// HCA (the node's default limits); 0 leaves that resource unlimited.
+	HCAHandles, HCAObjects int64
 }
 
 // SocketName is the plugin socket's file name for a resource name: "/" and
@@ -109,6 +130,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.PollInterval < 0 {
 		return cfg, fmt.Errorf("device plugin for %s: negative poll interval %s", cfg.ResourceName, cfg.PollInterval)
+	}
+	if h := cfg.Hooks; h.HookPath != "" && !filepath.IsAbs(h.HookPath) {
+		return cfg, fmt.Errorf("device plugin for %s: hook path %q is not an absolute path", cfg.ResourceName, h.HookPath)
+	}
+	if h := cfg.Hooks; h.HookPath == "" && (h.HostNetworkOnly || h.HCAHandles > 0 || h.HCAObjects > 0) {
+		return cfg, fmt.Errorf("device plugin for %s: the hostNetwork check and RDMA cgroup limits need the hook's host path", cfg.ResourceName)
 	}
 	if cfg.CDI == nil {
 		return cfg, fmt.Errorf("device plugin for %s: no CDI spec directory", cfg.ResourceName)
@@ -158,4 +185,22 @@ func ValidateMode(legacy, sharing string) error {
 	}
 	return errors.New("--legacy=device-plugin hands every HCA to every rdma/hca pod, so it needs --sharing=shared (the HCAs are shared), not --sharing=" +
 		sharing + "; set --sharing=shared or use --legacy=off")
+}
+
+// of is the hooks of the node-wide device giving a container hcas, in the
+// order they must run: the hostNetwork check before anything is set up.
+func (h Hooks) of(hcas []string) []*cdispec.Hook {
+	if h.HookPath == "" || len(hcas) == 0 {
+		return nil
+	}
+	var out []*cdispec.Hook
+	if h.HostNetworkOnly {
+		out = append(out, cdi.HostNetworkHook(h.HookPath, hcas))
+	}
+	if h.HCAHandles > 0 || h.HCAObjects > 0 {
+		for _, name := range hcas {
+			out = append(out, cdi.LimitHook(h.HookPath, name, h.HCAHandles, h.HCAObjects))
+		}
+	}
+	return out
 }

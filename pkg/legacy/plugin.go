@@ -133,6 +133,7 @@ func (p *Plugin) compute(inv hca.Inventory) (state, error) {
 		return state{}, fmt.Errorf("device plugin for %s: %w", p.cfg.ResourceName, err)
 	}
 	st.device.DeviceNodes, st.device.Env = edits.DeviceNodes, edits.Env
+	st.device.Hooks = p.cfg.Hooks.of(st.hcas)
 	if len(usable) == 0 {
 		st.why = "the node has no HCAs"
 		if len(unusable) > 0 {
@@ -233,6 +234,12 @@ func (p *Plugin) allocate(req *pluginapi.ContainerAllocateRequest) (*pluginapi.C
 	}
 	resp := &pluginapi.ContainerAllocateResponse{
 		CdiDevices: []*pluginapi.CDIDevice{{Name: p.cdiID}},
+	}
+	if len(st.device.Hooks) > 0 {
+		// Only the CDI device carries the hooks; nodes and variables
+		// handed to the runtime directly would skip them. A runtime
+		// without CDI then gets nothing: closed, not open.
+		return resp, nil
 	}
 	for _, edits := range []cdispec.ContainerEdits{st.device, st.common} {
 		for _, n := range edits.DeviceNodes {

@@ -2,8 +2,9 @@
 // (NETLINK_RDMA, the RDMA_NL_NLDEV client that iproute2's "rdma" tool uses):
 // the RDMA devices, their ports with the netdev bound to each, the
 // subsystem's network namespace mode, and moving a device into another
-// network namespace. RouteConn does the one rtnetlink operation that goes
-// with it: moving a netdev.
+// network namespace. RouteConn does the rtnetlink side that goes with it:
+// moving a netdev by ifindex, and reading the links, default routes and
+// addresses that say whether the node's own traffic needs one.
 //
 // Encoding and decoding are pure functions over byte slices; only Conn
 // touches a socket. Nothing here is on a hot path: discovery calls it once

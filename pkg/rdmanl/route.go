@@ -20,8 +20,9 @@ const (
 )
 
 // RouteConn is one rtnetlink (NETLINK_ROUTE) socket, for the netdev half
-// of moving an HCA: finding a netdev by name and moving it to another
-// network namespace. Like Conn, it works in the namespace it was opened in.
+// of moving an HCA: finding a netdev, moving it by index to another
+// network namespace, and telling whether the node's own traffic needs it
+// (uplink.go). Like Conn, it works in the namespace it was opened in.
 type RouteConn struct{ c *Conn }
 
 // DialRoute opens an rtnetlink socket in the calling thread's network
@@ -55,6 +56,20 @@ func checkIfname(name string) error {
 func ifinfomsg() []byte { return make([]byte, ifinfomsgLen) }
 
 func strAttr(typ uint16, s string) attr { return attr{typ: typ, data: append([]byte(s), 0)} }
+
+// ifinfomsgOf is a struct ifinfomsg naming the link by index.
+func ifinfomsgOf(index int) []byte {
+	b := ifinfomsg()
+	ne.PutUint32(b[4:], uint32(int32(index)))
+	return b
+}
+
+// encodeMoveLinkIndex moves the link with ifindex index into nsFD's
+// namespace: by identity, so a rename since the index was read cannot
+// make it move another netdev.
+func encodeMoveLinkIndex(seq uint32, index int, nsFD uint32) []byte {
+	return encodeMsg(rtmNewLink, flagRequest|flagAck, seq, ifinfomsgOf(index), u32Attr(iflaNetNSFD, nsFD))
+}
 
 // encodeGetLink asks for one link by name.
 func encodeGetLink(seq uint32, name string) []byte {
@@ -116,6 +131,21 @@ func (r *RouteConn) MoveLink(name string, nsFD int) error {
 		return &Error{Op: op, Err: fmt.Errorf("bad namespace fd %d", nsFD), Route: true}
 	}
 	_, err := r.c.exchange(op, rtmNewLink, false, func(seq uint32) []byte { return encodeMoveLink(seq, name, uint32(nsFD)) })
+	return routeErr(err)
+}
+
+// MoveLinkIndex moves the netdev with ifindex index from the socket's
+// namespace into the one nsFD refers to. It fails with ENODEV when the
+// socket's namespace has no such netdev (it moved, or went away).
+func (r *RouteConn) MoveLinkIndex(index, nsFD int) error {
+	op := fmt.Sprintf("netns move of netdev ifindex %d", index)
+	if index <= 0 {
+		return &Error{Op: op, Err: errors.New("bad interface index"), Route: true}
+	}
+	if nsFD < 0 {
+		return &Error{Op: op, Err: fmt.Errorf("bad namespace fd %d", nsFD), Route: true}
+	}
+	_, err := r.c.exchange(op, rtmNewLink, false, func(seq uint32) []byte { return encodeMoveLinkIndex(seq, index, uint32(nsFD)) })
 	return routeErr(err)
 }
 

@@ -1,8 +1,8 @@
 // Package cluster runs a real Kubernetes 1.37 control plane in one process
-// around a simulated RDMA node: an embedded etcd, kube-apiserver and (as
-// the suite grows) the controllers, the scheduler and a node agent built
-// from the kubelet's own managers. Tests, `make demo` and a person with
-// kubectl use the same code.
+// for the tests and `make demo`: an embedded etcd and kube-apiserver, the
+// controllers and the scheduler. The node beside it is test/node's real
+// kubelet, or none (tests that play the kubelet over the driver's sockets).
+// Tests, `make demo` and a person with kubectl use the same code.
 package cluster
 
 import (

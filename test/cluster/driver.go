@@ -7,22 +7,31 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 )
 
 // BuildDriver builds cmd/rdma-dra-driver into dir and returns its path, so
-// the suite runs the driver as the real process it is on a node.
+// the suite runs the driver as the real process it is on a node. The hook
+// goes beside it (HookName): StartDriver names it, and runc runs it for
+// the devices the driver hands out (the hostNetwork check).
 func BuildDriver(dir string) (string, error) {
 	out := filepath.Join(dir, "rdma-dra-driver")
 	// Built in the main module, with its own go.sum and nothing of
 	// k8s.io/kubernetes, exactly as it ships.
-	cmd := exec.Command("go", "build", "-C", RepoRoot(), "-o", out, "./cmd/rdma-dra-driver")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the driver: %v\n%s", err, b)
+	for _, b := range [][2]string{{out, "./cmd/rdma-dra-driver"}, {filepath.Join(dir, HookName), "./cmd/rdma-dra-hook"}} {
+		cmd := exec.Command("go", "build", "-C", RepoRoot(), "-o", b[0], b[1])
+		if o, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("building %s: %v\n%s", b[1], err, o)
+		}
 	}
 	return out, nil
 }
+
+// HookName is rdma-dra-hook's file name beside the driver BuildDriver built.
+const HookName = "rdma-dra-hook"
 
 // RepoRoot is the main module's directory (this file is test/cluster/driver.go).
 func RepoRoot() string {
@@ -42,6 +51,9 @@ type DriverProcess struct {
 // StartDriver starts the binary with args; its output is kept for Logs.
 func StartDriver(binary string, args ...string) (*DriverProcess, error) {
 	p := &DriverProcess{done: make(chan struct{})}
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--hook-path") }) {
+		args = append(slices.Clone(args), "--hook-path="+filepath.Join(filepath.Dir(binary), HookName))
+	}
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Stdout, p.cmd.Stderr = (*lockedWriter)(p), (*lockedWriter)(p)
 	p.cmd.Env = append(os.Environ(), "NODE_NAME=")

@@ -111,7 +111,7 @@ func capEff(t *testing.T, out string) uint64 {
 func ptr[T any](v T) *T { return &v }
 
 // claimPod is a pod with its own claim from the ib-400g template (the
-// seed's, see realWorld.ensureTemplate) running a shell command.
+// demo's, see realWorld.ensureTemplate) running a shell command.
 func claimPod(name string, hostNetwork bool, script string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},

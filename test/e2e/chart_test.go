@@ -103,6 +103,25 @@ func TestChartAcceptedAndPoliciesAct(t *testing.T) {
 		t.Errorf("a non-hostNetwork RDMA pod: err %v, want the hostNetwork message", err)
 	}
 
+	// Init containers are covered too (the device plugin hands them HCAs
+	// as it does any container). Ephemeral containers cannot ask for
+	// resources at all: the API refuses that before admission.
+	initPod := rdmaPod("init-podnet", "IPC_LOCK")
+	initPod.Spec.HostNetwork = false
+	initPod.Spec.InitContainers = []corev1.Container{initPod.Spec.Containers[0]}
+	initPod.Spec.InitContainers[0].Name = "setup"
+	initPod.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+	if _, err := cp.Client.CoreV1().Pods("default").Create(ctx, initPod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil ||
+		!strings.Contains(err.Error(), "allowNonHostNetwork=true") || !strings.Contains(err.Error(), "containers using it: setup") {
+		t.Errorf("an init container using RDMA off the host network: err %v, want the hostNetwork message naming setup", err)
+	}
+	initPod.Spec.HostNetwork = true
+	initPod.Spec.InitContainers[0].SecurityContext = nil
+	if _, err := cp.Client.CoreV1().Pods("default").Create(ctx, initPod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil ||
+		!strings.Contains(err.Error(), "[IPC_LOCK] to pin memory: setup") {
+		t.Errorf("an init container using RDMA without IPC_LOCK: err %v, want the IPC_LOCK message naming setup", err)
+	}
+
 	// The slice policy: a token of the daemon's service account, bound to a
 	// pod on node n1, may write n1's slices and not n2's.
 	client := daemonClient(t, cp, "n1")
@@ -119,6 +138,19 @@ func TestChartAcceptedAndPoliciesAct(t *testing.T) {
 	})
 	if _, err := client.ResourceV1().ResourceSlices().Create(ctx, slice("n1"), metav1.CreateOptions{}); err != nil {
 		t.Errorf("the daemon on n1 could not write n1's slice: %v", err)
+	}
+	// Nor another driver's slices, nor another pool, on its own node.
+	other := slice("n1")
+	other.Name, other.Spec.Driver = "n1-other", "gpu.example.com"
+	if _, err := client.ResourceV1().ResourceSlices().Create(ctx, other, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil ||
+		!strings.Contains(err.Error(), "may only write ResourceSlices of driver rdma.dra.dev, not gpu.example.com") {
+		t.Errorf("the daemon writing another driver's slice: %v", err)
+	}
+	pool := slice("n1")
+	pool.Name, pool.Spec.Pool.Name = "n1-pool", "n2"
+	if _, err := client.ResourceV1().ResourceSlices().Create(ctx, pool, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil ||
+		!strings.Contains(err.Error(), "may only write ResourceSlices of pool n1, not n2") {
+		t.Errorf("the daemon writing a slice of another pool: %v", err)
 	}
 }
 

@@ -27,7 +27,7 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/test/node"
 )
 
-// Both legacy routes of rdma/hca on one node, the seed's Job unchanged
+// Both legacy routes of rdma/hca on one node, ACK's example Job unchanged
 // (demo/specs/20-job-legacy.yaml): legacy.route=dra (the DeviceClass's
 // extendedResourceName, the scheduler's claim for the pod) first, then
 // legacy.route=device-plugin (the kubelet's own device manager). Each

@@ -9,6 +9,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -22,6 +25,7 @@ import (
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 )
 
 func TestRealNodeScenarios(t *testing.T) {
@@ -49,6 +53,7 @@ func TestRealNodeScenarios(t *testing.T) {
 	}
 	scenario("seed-job-for-DRA", w.seedJobDRA)
 	scenario("device-metadata", w.deviceMetadata)
+	scenario("claim-status", w.claimStatus)
 	scenario("pcie-root-pair", w.pcieRootPair)
 	scenario("hostNetwork-refusal", w.hostNetworkRefusal)
 	scenario("eight-then-nine", w.eightThenNine)
@@ -60,7 +65,7 @@ func TestRealNodeScenarios(t *testing.T) {
 	scenario("port-down", w.portDown) // last: it takes seven ports down
 }
 
-// The seed's Job, rewritten for DRA: its container sees rdma_cm and exactly
+// ACK's example Job, rewritten for DRA: its container sees rdma_cm and exactly
 // its claim's uverbsN, with IPC_LOCK.
 func (w *realWorld) seedJobDRA(t *testing.T) {
 	applyPulling(w.ctx, t, w.cp, w.dir, "demo/specs/10-job-dra.yaml")
@@ -134,7 +139,119 @@ func (w *realWorld) deviceMetadata(t *testing.T) {
 		!slices.Contains(infinibandListing(listing), uverbs) {
 		t.Errorf("metadata uverbs %v; the device's node is %s, the container lists %v", u, uverbs, infinibandListing(listing))
 	}
-	t.Logf("%s: %d slice attributes, all equal in the file, and %d run-time keys", got.Name, len(want), len(got.Attributes)-len(want))
+	// Every field the driver knows, those the slice leaves out too
+	// (docs/attributes.md), with the values discovery reads.
+	all := devices.Metadata(w.devices[got.Name], w.netnsMode(t), "", devices.Options{})
+	for k, v := range all {
+		if g, ok := got.Attributes[resourceapi.QualifiedName(k)]; !ok || !apiequality.Semantic.DeepEqual(g, v) {
+			t.Errorf("metadata attribute %s = %v (present %v), discovery has %v", k, g, ok, v)
+		}
+	}
+	t.Logf("%s: %d slice attributes, all equal in the file; %d fields in all (slice, identity, run time), all there",
+		got.Name, len(want), len(all))
+}
+
+// netnsMode is the node's RDMA netns mode as the simulated tree has it.
+func (w *realWorld) netnsMode(t *testing.T) hca.NetnsMode {
+	t.Helper()
+	inv, err := hca.Discover(hca.WithSysfsRoot(w.sim.SysfsRoot), hca.WithDevRoot(w.sim.DevRoot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inv.NetnsMode
+}
+
+// The claim's status.devices (KEP-4817) on the real node: while its pod
+// runs, the claim's RoCE HCA with its netdev's name, the address of its
+// RoCE v2 GID and its MAC as the node's sysfs has them, Ready and LinkUp;
+// gone after the pod ends. The daemon runs off the host network here, so
+// the addresses come from the GID table (/32, no prefix length in a GID).
+func (w *realWorld) claimStatus(t *testing.T) {
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "roce", Namespace: "default"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "hca", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "roce.rdma.dra.dev"}}}}}}
+	if _, err := w.cp.Client.ResourceV1().ResourceClaims("default").Create(w.ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "roce", Namespace: "default"},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, HostNetwork: true, TerminationGracePeriodSeconds: ptr(int64(1)),
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "rdma", ResourceClaimName: ptr("roce")}},
+			Containers: []corev1.Container{{Name: "c", Image: "busybox", ImagePullPolicy: corev1.PullNever, Command: []string{"sh", "-c", tickScript},
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "rdma"}}}}}},
+	}
+	if _, err := w.cp.Client.CoreV1().Pods("default").Create(w.ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitPhase(t, corev1.PodRunning, "roce")
+	_, devs := w.claimOf(t, "roce")
+	if len(devs) != 1 {
+		t.Fatalf("claim roce got %v, want one RoCE HCA", devs)
+	}
+	h := w.devices[devs[0]]
+	var netdev, ip string
+	for _, g := range h.Ports[0].GIDs {
+		if g.Index == h.Ports[0].RoCEv2GIDIndex {
+			netdev, ip = g.Netdev, net.ParseIP(g.GID).String()+"/32"
+		}
+	}
+	mac, err := os.ReadFile(filepath.Join(w.sim.SysfsRoot, "class", "net", netdev, "address"))
+	if netdev == "" || err != nil {
+		t.Fatalf("HCA %s: RoCE v2 GID netdev %q, its address: %v", h.Name, netdev, err)
+	}
+	want := resourceapi.NetworkDeviceData{InterfaceName: netdev, IPs: []string{ip}, HardwareAddress: strings.TrimSpace(string(mac))}
+	var got resourceapi.AllocatedDeviceStatus
+	waitRealNode(t, "the claim's status.devices", 30*time.Second, func() (bool, string) {
+		ours := w.driverStatus(t, "roce")
+		if len(ours) != 1 {
+			return false, fmt.Sprintf("%+v", ours)
+		}
+		got = ours[0]
+		return true, ""
+	})
+	data := "none"
+	if got.Data != nil {
+		data = string(got.Data.Raw)
+	}
+	t.Logf("claim roce: status.devices %s/%s/%s networkData %+v conditions %d data %s", got.Driver, got.Pool, got.Device,
+		got.NetworkData, len(got.Conditions), data)
+	if got.Pool != w.n.Name || got.Device != devs[0] || got.NetworkData == nil || !apiequality.Semantic.DeepEqual(*got.NetworkData, want) {
+		t.Errorf("status.devices entry %s/%s with networkData %+v, want %s/%s with %+v", got.Pool, got.Device, got.NetworkData, w.n.Name, devs[0], want)
+	}
+	conds := map[string]metav1.ConditionStatus{}
+	for _, c := range got.Conditions {
+		conds[c.Type] = c.Status
+	}
+	if conds["Ready"] != metav1.ConditionTrue || conds["LinkUp"] != metav1.ConditionTrue {
+		t.Errorf("conditions %+v, want Ready and LinkUp True", got.Conditions)
+	}
+
+	if err := w.cp.Client.CoreV1().Pods("default").Delete(w.ctx, "roce", metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(1))}); err != nil {
+		t.Fatal(err)
+	}
+	waitRealNode(t, "the driver's status.devices entry to go after the pod", time.Minute, func() (bool, string) {
+		ours := w.driverStatus(t, "roce")
+		return len(ours) == 0, fmt.Sprintf("%+v", ours)
+	})
+	if log := w.driverLog(false); strings.Contains(log, "device status") {
+		t.Errorf("the driver logged a failed status write:\n%s", log)
+	}
+}
+
+// driverStatus is the claim's status.devices entries of rdma.dra.dev.
+func (w *realWorld) driverStatus(t *testing.T, claim string) []resourceapi.AllocatedDeviceStatus {
+	t.Helper()
+	c, err := w.cp.Client.ResourceV1().ResourceClaims("default").Get(w.ctx, claim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ours []resourceapi.AllocatedDeviceStatus
+	for _, d := range c.Status.Devices {
+		if d.Driver == "rdma.dra.dev" {
+			ours = append(ours, d)
+		}
+	}
+	return ours
 }
 
 // Two HCAs on one PCIe root (matchAttribute resource.kubernetes.io/pcieRoot):

@@ -31,9 +31,9 @@ import (
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
-	rslices "github.com/rdma-dra/rdma-dra-driver/pkg/slices"
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
 	"github.com/rdma-dra/rdma-dra-driver/test/node"
 )
@@ -54,8 +54,8 @@ type realWorld struct {
 
 // newRealWorld starts the control plane and the node, imports the driver's
 // image and builds the simulated node; it installs nothing. It skips, with
-// the reason, where a node cannot run.
-func newRealWorld(t *testing.T) *realWorld {
+// the reason, where a node cannot run. opts adjust the node's options.
+func newRealWorld(t *testing.T, opts ...func(*node.Options)) *realWorld {
 	t.Helper()
 	if err := node.Check(); err != nil {
 		t.Skipf("needs a machine that can run a real node (root, runc, iproute2, static busybox): %v", err)
@@ -86,11 +86,15 @@ func newRealWorld(t *testing.T) *realWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(cancel)
-	n, err := node.Start(ctx, t, cp, node.Options{Images: []string{image}})
+	nodeOpts := node.Options{Images: []string{image}}
+	for _, o := range opts {
+		o(&nodeOpts)
+	}
+	n, err := node.Start(ctx, t, cp, nodeOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &realWorld{t: t, ctx: ctx, cp: cp, n: n, dir: dir, sim: sim, devices: rslices.Published(inv), claims: watchClaims(ctx, t, cp)}
+	w := &realWorld{t: t, ctx: ctx, cp: cp, n: n, dir: dir, sim: sim, devices: devices.Published(inv), claims: watchClaims(ctx, t, cp)}
 	t.Cleanup(func() {
 		if t.Failed() && w.release != "" {
 			t.Logf("driver log (%s):\n%s\nits previous container's:\n%s", w.release, w.driverLog(false), w.driverLog(true))
@@ -99,8 +103,12 @@ func newRealWorld(t *testing.T) *realWorld {
 	return w
 }
 
+// values puts the hook in the world's own directory: every claim's spec
+// names it (the hostNetwork check), and another test's node must not
+// replace it under this one.
 func (w *realWorld) values(extra string) string {
-	return fmt.Sprintf(`{"image":{"tag":"dev"},"sysfsRoot":%q,"devRoot":%q%s}`, w.sim.SysfsRoot, w.sim.DevRoot, extra)
+	return fmt.Sprintf(`{"image":{"tag":"dev"},"sysfsRoot":%q,"devRoot":%q,"hook":{"dir":%q}%s}`,
+		w.sim.SysfsRoot, w.sim.DevRoot, filepath.Join(w.dir, "hook-bin"), extra)
 }
 
 // install installs the chart as release with extra values (a JSON object's
@@ -200,7 +208,7 @@ func ticks(log string) []tick {
 	return out
 }
 
-// ensureTemplate creates the seed's ResourceClaimTemplate ib-400g (as
+// ensureTemplate creates the demo's ResourceClaimTemplate ib-400g (as
 // demo/specs/10-job-dra.yaml does) unless it exists.
 func (w *realWorld) ensureTemplate(t *testing.T) {
 	t.Helper()
@@ -465,9 +473,10 @@ func (w *realWorld) metric(t *testing.T, p corev1.Pod, sample string) float64 {
 }
 
 const (
-	prepareOK   = `rdma_dra_prepare_claims_total{result="success"}`
-	prepareErr  = `rdma_dra_prepare_claims_total{result="error"}`
-	unprepareOK = `rdma_dra_unprepare_claims_total{result="success"}`
+	prepareOK       = `rdma_dra_prepare_claims_total{result="success"}`
+	prepareErr      = `rdma_dra_prepare_claims_total{result="error"}`
+	unprepareOK     = `rdma_dra_unprepare_claims_total{result="success"}`
+	prepareRepeated = `rdma_dra_prepare_repeated_claims_total`
 )
 
 // taskPid is the host pid of a container's init process (ctr task list).

@@ -1,7 +1,10 @@
 // Command helmrender renders the rdma-dra-driver Helm chart with the Helm
 // Go SDK, validating values against values.schema.json, and prints the
 // manifests. It is its own module so Helm's dependencies never meet
-// k8s.io/kubernetes in the e2e module, which applies what this prints.
+// k8s.io/kubernetes in the e2e module, which dry-runs what this prints.
+// The module also pins the helm CLI (its go.mod's tool line): the suite
+// installs, upgrades, rolls back and uninstalls the chart with that binary
+// (test/cluster's Helm), so releases are real Helm releases.
 //
 //	helmrender --chart DIR --namespace NS --values '{"sharing":"shared"}'
 //

@@ -4,7 +4,8 @@ package node
 // (from the test module, which pins Kubernetes 1.37.2), containerd, ctr
 // and the runc shim (go install, outside test/go.mod: containerd needs a
 // newer grpc/otel than the Kubernetes graph), the CNI plugins and the
-// sandbox's pause program. runc comes from the host (Debian's package).
+// sandbox's pause program. runc comes from the host, else is built into the
+// cache too (debian.go).
 
 import (
 	"errors"
@@ -53,9 +54,9 @@ func CacheDir() (string, error) {
 // about 8 minutes cold on 2 cores, containerd about 2) and returns the
 // paths. logf reports each build and how long it took.
 func EnsureBinaries(logf func(string, ...any)) (*Binaries, error) {
-	runc, err := exec.LookPath("runc")
+	runc, err := runcPath(logf)
 	if err != nil {
-		return nil, fmt.Errorf("runc is not installed (apt-get install runc): %w", err)
+		return nil, err
 	}
 	b, err := buildBinaries(logf)
 	if err != nil {
@@ -65,7 +66,7 @@ func EnsureBinaries(logf func(string, ...any)) (*Binaries, error) {
 	return b, nil
 }
 
-// buildBinaries is EnsureBinaries without runc, which is not ours to build.
+// buildBinaries is EnsureBinaries without runc, which the host may have.
 func buildBinaries(logf func(string, ...any)) (*Binaries, error) {
 	cache, err := CacheDir()
 	if err != nil {
@@ -240,13 +241,13 @@ func buildPause(dir string) error {
 }
 
 // Check says why this machine cannot run a node (nil when it can): not
-// root, no runc, no nsenter/unshare/ip, no go to build binaries the cache
-// lacks, no static busybox for the workload image.
+// root, no nsenter/unshare/ip, no go to build binaries the cache lacks, no
+// runc and no way to build one, no static busybox and no way to fetch one.
 func Check() error {
 	if os.Geteuid() != 0 {
 		return errors.New("a real node needs root (mount namespaces, cgroups, runc)")
 	}
-	tools := []string{"runc", "unshare", "nsenter", "ip"}
+	tools := []string{"unshare", "nsenter", "ip"}
 	if !allCached() {
 		tools = append(tools, "go")
 	}
@@ -258,9 +259,16 @@ func Check() error {
 	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
 		return fmt.Errorf("a real node needs cgroups: %w", err)
 	}
-	// The workload image is made from the host's static busybox.
-	if _, err := busyboxImage(); err != nil {
-		return fmt.Errorf("a real node needs a static busybox: %w", err)
+	if _, err := exec.LookPath("runc"); err != nil {
+		if why := canFetch("runc"); why != "" {
+			return errors.New("a real node needs runc: " + why)
+		}
+	}
+	// The workload image is made from a static busybox.
+	if hostStaticBusybox() == "" {
+		if why := canFetch("static busybox"); why != "" {
+			return errors.New("a real node needs a static busybox: " + why)
+		}
 	}
 	return nil
 }

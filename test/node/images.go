@@ -41,26 +41,13 @@ func (n *Node) baseImages() ([]string, error) {
 	return []string{pause, busybox}, nil
 }
 
-// busyboxImage is the host's static busybox with a link per applet.
+// busyboxImage is a static busybox (the host's, else Debian's unpacked into
+// the cache) with a link per applet.
 func busyboxImage() (ociimage.Image, error) {
-	path, err := exec.LookPath("busybox")
+	path, err := busyboxPath()
 	if err != nil {
-		return ociimage.Image{}, fmt.Errorf("busybox image: busybox is not installed (apt-get install busybox-static): %w", err)
+		return ociimage.Image{}, fmt.Errorf("busybox image: %w", err)
 	}
-	if path, err = filepath.EvalSymlinks(path); err != nil {
-		return ociimage.Image{}, err
-	}
-	f, err := elf.Open(path)
-	if err != nil {
-		return ociimage.Image{}, fmt.Errorf("busybox image: %s: %w", path, err)
-	}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			f.Close()
-			return ociimage.Image{}, fmt.Errorf("busybox image: %s is dynamically linked (apt-get install busybox-static)", path)
-		}
-	}
-	f.Close()
 	out, err := exec.Command(path, "--list").Output()
 	if err != nil {
 		return ociimage.Image{}, fmt.Errorf("busybox image: %s --list: %w", path, err)
@@ -82,6 +69,22 @@ func busyboxImage() (ociimage.Image, error) {
 		}
 	}
 	return img, nil
+}
+
+// checkStatic fails unless path is a static ELF executable: the workload
+// image has no libc.
+func checkStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s %w", path, errDynamic)
+		}
+	}
+	return nil
 }
 
 // BuildDriverImage runs `make image` with its outputs in dir (BIN=dir, so

@@ -51,6 +51,16 @@ type Options struct {
 	// pivot_root, which fails where the node's root is an initramfs (a
 	// node inside test/vm's guest).
 	NoPivotRoot bool
+	// MaxContainerRestartPeriod caps the kubelet's crash-loop back-off
+	// (its crashLoopBackOff.maxContainerRestartPeriod); zero keeps the
+	// default 10s doubling to 5 minutes.
+	MaxContainerRestartPeriod time.Duration
+	// SharedNetwork runs the node in the caller's network namespace
+	// instead of a new one: a node that is a whole VM (test/vm's two-node
+	// test), whose hostNetwork pods must reach the VM's own NICs and their
+	// RDMA devices' addresses. The node's IP is then the VM's own address
+	// and the kubelet's port is not forwarded.
+	SharedNetwork bool
 }
 
 // Image names on the node. Pods refer to busybox as "busybox" (it is
@@ -136,10 +146,10 @@ func (n *Node) start(ctx context.Context, opts Options) error {
 	if err := n.makeCgroupRoot(); err != nil {
 		return err
 	}
-	if err := n.startNamespaces(); err != nil {
+	if err := n.startNamespaces(opts.SharedNetwork); err != nil {
 		return err
 	}
-	if err := n.startProxies(ctx); err != nil {
+	if err := n.startProxies(ctx, opts.SharedNetwork); err != nil {
 		return err
 	}
 	if err := n.writeContainerdConfig(opts.NoPivotRoot); err != nil {
@@ -157,7 +167,7 @@ func (n *Node) start(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
-	if err := n.writeKubeletConfig(); err != nil {
+	if err := n.writeKubeletConfig(opts.MaxContainerRestartPeriod); err != nil {
 		return err
 	}
 	return n.StartKubelet(ctx)
@@ -169,7 +179,7 @@ func (n *Node) start(ctx context.Context, opts Options) error {
 // namespace that bind-mounts the work dir over the node's paths, brings up
 // loopback with the node and service addresses, and waits for stdin to
 // close. Components join its namespaces with nsenter.
-func (n *Node) startNamespaces() error {
+func (n *Node) startNamespaces(sharedNetwork bool) error {
 	svcIP, _, err := n.apiService()
 	if err != nil {
 		return err
@@ -194,10 +204,17 @@ func (n *Node) startNamespaces() error {
 		}
 		fmt.Fprintf(&script, "mount --bind %q %q\n", file, "/proc/sys/"+s.path)
 	}
-	fmt.Fprintf(&script, "ip link set lo up\nip addr add %s/32 dev lo\nip addr add %s/32 dev lo\n", n.IP, svcIP)
+	unshare := []string{"--mount", "--net"}
+	if sharedNetwork {
+		// The node's IP is already an address of the namespace.
+		unshare = unshare[:1]
+		fmt.Fprintf(&script, "ip addr add %s/32 dev lo\n", svcIP)
+	} else {
+		fmt.Fprintf(&script, "ip link set lo up\nip addr add %s/32 dev lo\nip addr add %s/32 dev lo\n", n.IP, svcIP)
+	}
 	script.WriteString("echo ready\nexec cat >/dev/null\n")
 
-	cmd := exec.Command("unshare", "--mount", "--net", "--propagation", "private", "--", "/bin/sh", "-c", script.String())
+	cmd := exec.Command("unshare", append(unshare, "--propagation", "private", "--", "/bin/sh", "-c", script.String())...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -245,7 +262,7 @@ func (n *Node) apiService() (string, int, error) {
 // kubelet) and at the kubernetes Service's address (pods); the kubelet's
 // port is reachable from the host at IP:KubeletPort (the API server's
 // pods/log, exec and port-forward).
-func (n *Node) startProxies(ctx context.Context) error {
+func (n *Node) startProxies(ctx context.Context, sharedNetwork bool) error {
 	api := strings.TrimPrefix(strings.TrimPrefix(n.cp.Config.Host, "https://"), "http://")
 	svcIP, svcPort, err := n.apiService()
 	if err != nil {
@@ -264,8 +281,12 @@ func (n *Node) startProxies(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node network: a port on %s for the kubelet: %w", n.IP, err)
 	}
-	n.listeners = append(n.listeners, l)
 	n.KubeletPort = l.Addr().(*net.TCPAddr).Port
+	if sharedNetwork {
+		// The kubelet listens on this very address itself.
+		return l.Close()
+	}
+	n.listeners = append(n.listeners, l)
 	kubelet := l.Addr().String()
 	go forward(l, func() (net.Conn, error) { return n.netns.dial(kubelet) })
 	return nil
@@ -433,7 +454,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 	return os.WriteFile(n.path("etc", "containerd.toml"), []byte(cfg), 0o644)
 }
 
-func (n *Node) writeKubeletConfig() error {
+func (n *Node) writeKubeletConfig(maxRestartPeriod time.Duration) error {
 	// The kubelet's client: the API server through the namespace's proxy.
 	ca, err := n.cp.ServingCA()
 	if err != nil {
@@ -480,6 +501,9 @@ fileCheckFrequency: 10s
 shutdownGracePeriod: 0s
 containerLogMaxSize: 10Mi
 `, n.IP, n.KubeletPort, n.cgroupRoot, n.path("etc", "resolv.conf"))
+	if maxRestartPeriod > 0 {
+		cfg += fmt.Sprintf("crashLoopBackOff: {maxContainerRestartPeriod: %s}\n", maxRestartPeriod)
+	}
 	return os.WriteFile(n.path("etc", "kubelet.yaml"), []byte(cfg), 0o644)
 }
 

@@ -1,11 +1,13 @@
 // Package scale measures how the real kube-scheduler copes with many
 // richly attributed RDMA nodes: the ResourceSlices of N simulated nodes
-// (8 ConnectX-7 + 2 BlueField-3 each, rendered by pkg/slices from a real
-// discovery of the simulated dgx-h100 node), beside a GPU driver's slices
-// (8 GPUs per node on the same PCIe roots) and a baseline driver's devices
-// with one attribute. It is a benchmark, run by `make bench-scale`; it
-// asserts only what makes its figures meaningful (every pod bound, every
-// slice accepted by the API server).
+// (8 ConnectX-7 + 2 BlueField-3 each, rendered by pkg/devices from a real
+// discovery of the simulated dgx-h100 node), beside the anchor, an NVIDIA
+// GPU DRA driver's slices (8 GPUs per node with that driver's attribute set,
+// on the same PCIe roots), a baseline driver's devices with one attribute
+// and a sweep of synthetic drivers whose devices have 1 to 32 (each one
+// published for its own shape only). It is a benchmark, run by
+// `make bench-scale`; it asserts only what makes its figures meaningful
+// (every pod bound, every slice accepted by the API server).
 package scale
 
 import (
@@ -31,15 +33,22 @@ import (
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
-	rslices "github.com/rdma-dra/rdma-dra-driver/pkg/slices"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
 )
 
 const (
-	gpuDriver      = "gpu.example.com"
+	// gpuDriver is the NVIDIA GPU DRA driver's name; its devices here carry
+	// that driver's attributes (nvidiaGPU) and its class is that driver's.
+	gpuDriver      = "gpu.nvidia.com"
 	baselineDriver = "baseline.example.com"
 	namespace      = "default"
 )
+
+// sweep are the attribute counts of the synthetic drivers' devices.
+var sweep = []int{1, 8, 16, 24, 32}
+
+func sweepDriver(n int) string { return fmt.Sprintf("attrs-%d.example.com", n) }
 
 // pcieRoots are the dgx-h100 preset's four PCIe roots with two IB HCAs
 // each; the GPU driver puts two GPUs behind each.
@@ -59,29 +68,54 @@ func request(name, class string, count int64) resourceapi.DeviceRequest {
 		DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count}}
 }
 
+// gpuPCIeRoot is the constraint of the aligned pairs.
+var gpuPCIeRoot = []resourceapi.DeviceConstraint{{Requests: []string{"a", "b"},
+	MatchAttribute: ptr(resourceapi.FullyQualifiedName("resource.kubernetes.io/pcieRoot"))}}
+
+func claimOf(constraints []resourceapi.DeviceConstraint, requests ...resourceapi.DeviceRequest) *resourceapi.ResourceClaimSpec {
+	return &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: requests, Constraints: constraints}}
+}
+
+// anchors are the shapes of the anchor ratios, each ours beside the GPU
+// one it is measured against; they run twice, in order and then reversed,
+// so that a drift of the machine's speed during the run cancels out.
+var anchors = []shape{
+	{name: "gpu", claim: claimOf(nil, request("a", gpuDriver, 1))},
+	{name: "one-hca", claim: claimOf(nil, request("a", "hca.rdma.dra.dev", 1))},
+	{name: "gpu-pair", claim: claimOf(gpuPCIeRoot, request("a", gpuDriver, 1), request("b", gpuDriver, 1))},
+	{name: "gpu-hca-pair", claim: claimOf(gpuPCIeRoot, request("a", gpuDriver, 1), request("b", "ib.rdma.dra.dev", 1))},
+}
+
 var shapes = []shape{
-	{name: "baseline", claim: &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-		Requests: []resourceapi.DeviceRequest{request("dev", "baseline", 1)}}}},
-	{name: "one-hca", claim: &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-		Requests: []resourceapi.DeviceRequest{request("hca", "hca.rdma.dra.dev", 1)}}}},
-	{name: "gpu-hca-pair", claim: &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-		Requests: []resourceapi.DeviceRequest{request("gpu", "gpu", 1), request("hca", "ib.rdma.dra.dev", 1)},
-		Constraints: []resourceapi.DeviceConstraint{{Requests: []string{"gpu", "hca"},
-			MatchAttribute: ptr(resourceapi.FullyQualifiedName("resource.kubernetes.io/pcieRoot"))}}}}},
+	{name: "baseline", claim: claimOf(nil, request("dev", "baseline", 1))},
 	// Diagnostic: the pair's two requests without the constraint, and two
 	// baseline devices, to tell the constraint's cost from the second request's.
-	{name: "gpu-hca-unaligned", claim: &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-		Requests: []resourceapi.DeviceRequest{request("gpu", "gpu", 1), request("hca", "ib.rdma.dra.dev", 1)}}}},
-	{name: "two-baseline", claim: &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-		Requests: []resourceapi.DeviceRequest{request("a", "baseline", 1), request("b", "baseline", 1)}}}},
+	{name: "gpu-hca-unaligned", claim: claimOf(nil, request("a", gpuDriver, 1), request("b", "ib.rdma.dra.dev", 1))},
+	{name: "two-baseline", claim: claimOf(nil, request("a", "baseline", 1), request("b", "baseline", 1))},
 	// Diagnostic: one of our devices by a class that only compares the
 	// driver (as the baseline's does), to tell the selector's attribute
 	// lookups from the devices' size.
-	{name: "hca-driver-only", claim: &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-		Requests: []resourceapi.DeviceRequest{request("hca", "rdma-driver-only", 1)}}}},
-	{name: "eight-hcas", claim: &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-		Requests: []resourceapi.DeviceRequest{request("hcas", "ib.rdma.dra.dev", 8)}}}},
+	{name: "hca-driver-only", claim: claimOf(nil, request("hca", "rdma-driver-only", 1))},
+	{name: "eight-hcas", claim: claimOf(nil, request("hcas", "ib.rdma.dra.dev", 8))},
 	{name: "rdma-hca-extended", extended: true},
+}
+
+// sweepShape claims one device of the synthetic driver whose devices have
+// n attributes, by a class that compares only the driver, as the
+// baseline's.
+func sweepShape(n int) shape {
+	return shape{name: fmt.Sprintf("attrs-%d", n), claim: claimOf(nil, request("dev", fmt.Sprintf("attrs-%d", n), 1))}
+}
+
+// runOrder is the baseline, the anchors in order and reversed, then the
+// other shapes.
+func runOrder() []shape {
+	out := []shape{shapes[0]}
+	out = append(out, anchors...)
+	for i := len(anchors) - 1; i >= 0; i-- {
+		out = append(out, anchors[i])
+	}
+	return append(out, shapes[1:]...)
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -106,8 +140,10 @@ func envInts(tb testing.TB, name string, def []int) []int {
 // BenchmarkScheduling: for each node count in SCALE_NODES (default 100),
 // SCALE_PODS pods (default: one per node, at most 200) of each shape, created at once;
 // reported per shape: pods/s, p50/p99 create-to-bind latency, and the ratio
-// of each to the baseline shape's. Run with -benchtime=1x: one iteration is
-// one whole run, and the figures are the run's.
+// of each to the baseline shape's; then the per-attribute line of the sweep
+// and the anchor ratios (our shapes' cost per pod over the GPU ones').
+// Run with -benchtime=1x: one iteration is one whole run, and the figures
+// are the run's.
 func BenchmarkScheduling(b *testing.B) {
 	for _, nodes := range envInts(b, "SCALE_NODES", []int{100}) {
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
@@ -124,8 +160,10 @@ func BenchmarkScheduling(b *testing.B) {
 
 type result struct {
 	shape            string
+	rounds           int
 	podsPerSec       float64
 	p50, p99         time.Duration
+	latencies        []time.Duration // sorted
 	heapAfterMB      float64
 	schedulingWindow time.Duration
 }
@@ -152,9 +190,18 @@ func runScale(b *testing.B, nodes, pods int) {
 		filepath.Join(root, "deployments", "deviceclass-legacy.yaml")); err != nil {
 		b.Fatal(err)
 	}
-	for name, driver := range map[string]string{"gpu": gpuDriver, "baseline": baselineDriver, "rdma-driver-only": "rdma.dra.dev"} {
+	classes := map[string]string{
+		// The NVIDIA GPU DRA driver's own class (its chart's deviceclass-gpu.yaml).
+		gpuDriver:          fmt.Sprintf("device.driver == '%s' && device.attributes['%s'].type == 'gpu'", gpuDriver, gpuDriver),
+		"baseline":         fmt.Sprintf("device.driver == %q", baselineDriver),
+		"rdma-driver-only": `device.driver == "rdma.dra.dev"`,
+	}
+	for _, n := range sweep {
+		classes[fmt.Sprintf("attrs-%d", n)] = fmt.Sprintf("device.driver == %q", sweepDriver(n))
+	}
+	for name, expr := range classes {
 		class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourceapi.DeviceClassSpec{
-			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", driver)}}}}}
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}}}
 		if _, err := c.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
@@ -162,16 +209,17 @@ func runScale(b *testing.B, nodes, pods int) {
 
 	inv := simulatedInventory(b, filepath.Join(dir, "node"))
 	start := time.Now()
-	sliceCount, devices := publishNodes(ctx, b, c, nodes, inv)
+	sliceCount, devs := publishNodes(ctx, b, c, nodes, inv)
 	b.Logf("N=%d: %d nodes, %d ResourceSlices, %d devices (%d HCAs) published in %v; all accepted by the API server",
-		nodes, nodes, sliceCount, devices, nodes*len(inv.HCAs), time.Since(start).Round(time.Millisecond))
+		nodes, nodes, sliceCount, devs, nodes*len(inv.HCAs), time.Since(start).Round(time.Millisecond))
 	heapBase := heapMB()
 	b.ReportMetric(heapBase, "heap-MB-after-publish")
 
 	var results []result
 	only := os.Getenv("SCALE_SHAPES") // e.g. "baseline,one-hca" for a profile; the first is the baseline
-	for _, s := range shapes {
-		if only != "" && !slices.Contains(strings.Split(only, ","), s.name) {
+	wanted := func(name string) bool { return only == "" || slices.Contains(strings.Split(only, ","), name) }
+	for _, s := range runOrder() {
+		if !wanted(s.name) {
 			continue
 		}
 		r := runShape(ctx, b, c, s, pods)
@@ -179,7 +227,35 @@ func runScale(b *testing.B, nodes, pods int) {
 		results = append(results, r)
 		cleanup(ctx, b, c)
 	}
-	report(b, nodes, pods, heapBase, results)
+	// The sweep: one synthetic driver at a time beside the others. The
+	// allocator tries every pool of a node, in map order, until one has a
+	// match, so a pool published for the whole run would add its cost to
+	// every other shape, and the sweep's drivers to each other's.
+	for _, n := range sweep {
+		s := sweepShape(n)
+		if !wanted(s.name) {
+			continue
+		}
+		start := time.Now()
+		publishEach(ctx, b, nodes, func(node string) error {
+			sl := otherSlice(node, sweepDriver(n), 10, func(i int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+				return syntheticAttributes(sweepDriver(n), n, i)
+			})
+			sl.Name = fmt.Sprintf("%s-%s", node, strings.ReplaceAll(sweepDriver(n), ".", "-"))
+			_, err := c.ResourceV1().ResourceSlices().Create(ctx, &sl, metav1.CreateOptions{})
+			return err
+		})
+		b.Logf("%s: %d slices of %d devices with %d attributes published in %v", sweepDriver(n), nodes, 10, n, time.Since(start).Round(time.Millisecond))
+		r := runShape(ctx, b, c, s, pods)
+		r.heapAfterMB = heapMB()
+		results = append(results, r)
+		cleanup(ctx, b, c)
+		if err := c.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{},
+			metav1.ListOptions{FieldSelector: "spec.driver=" + sweepDriver(n)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	report(b, nodes, pods, heapBase, merge(results))
 }
 
 // simulatedInventory discovers the dgx-h100 preset once; every node
@@ -205,8 +281,25 @@ func simulatedInventory(tb testing.TB, dir string) hca.Inventory {
 // GPU driver's and the baseline driver's.
 func publishNodes(ctx context.Context, tb testing.TB, c kubernetes.Interface, n int, inv hca.Inventory) (int, int) {
 	var mu sync.Mutex
+	slicesMade, devs := 0, 0
+	publishEach(ctx, tb, n, func(node string) error {
+		s, d, err := publishNode(ctx, c, node, inv)
+		mu.Lock()
+		slicesMade, devs = slicesMade+s, devs+d
+		mu.Unlock()
+		return err
+	})
+	return slicesMade, devs
+}
+
+// nodeName is the i-th node's name.
+func nodeName(i int) string { return fmt.Sprintf("node-%04d", i) }
+
+// publishEach runs f for each of n nodes on 16 workers and fails the
+// benchmark if any failed.
+func publishEach(ctx context.Context, tb testing.TB, n int, f func(node string) error) {
+	var mu sync.Mutex
 	var errs []error
-	slicesMade, devices := 0, 0
 	work := make(chan int)
 	var wg sync.WaitGroup
 	for range 16 {
@@ -214,25 +307,25 @@ func publishNodes(ctx context.Context, tb testing.TB, c kubernetes.Interface, n 
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				s, d, err := publishNode(ctx, c, fmt.Sprintf("node-%04d", i), inv)
-				mu.Lock()
-				slicesMade, devices = slicesMade+s, devices+d
-				if err != nil {
+				if err := f(nodeName(i)); err != nil {
+					mu.Lock()
 					errs = append(errs, err)
+					mu.Unlock()
 				}
-				mu.Unlock()
 			}
 		}()
 	}
 	for i := range n {
-		work <- i
+		select {
+		case work <- i:
+		case <-ctx.Done():
+		}
 	}
 	close(work)
 	wg.Wait()
 	if len(errs) > 0 {
 		tb.Fatalf("%d of %d nodes failed; first: %v", len(errs), n, errs[0])
 	}
-	return slicesMade, devices
 }
 
 func publishNode(ctx context.Context, c kubernetes.Interface, name string, inv hca.Inventory) (int, int, error) {
@@ -256,35 +349,80 @@ func publishNode(ctx context.Context, c kubernetes.Interface, name string, inv h
 		}
 	}
 	var all []resourceapi.ResourceSlice
-	all = append(all, rslices.ResourceSlices(name, inv, rslices.Options{LegacyShares: 1000})...)
-	all = append(all, otherSlice(name, gpuDriver, 8, func(i int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
-		return map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			"resource.kubernetes.io/pcieRoot": {StringValue: ptr(pcieRoots[i/2])},
-			gpuDriver + "/model":              {StringValue: ptr("H100-SXM5-80GB")},
-			gpuDriver + "/index":              {IntValue: ptr(int64(i))},
-			"resource.kubernetes.io/pciBusID": {StringValue: ptr(fmt.Sprintf("0000:%02x:00.0", 0x18+i))},
-		}
-	}))
+	all = append(all, devices.ResourceSlices(name, inv, devices.Options{LegacyShares: 1000})...)
+	all = append(all, otherSlice(name, gpuDriver, 8, nvidiaGPU))
 	all = append(all, otherSlice(name, baselineDriver, 10, func(i int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 		return map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{baselineDriver + "/index": {IntValue: ptr(int64(i))}}
 	}))
-	devices := 0
+	devs := 0
 	for i := range all {
 		s := all[i]
 		s.Name = fmt.Sprintf("%s-%s-%d", name, strings.ReplaceAll(s.Spec.Driver, ".", "-"), i)
-		devices += len(s.Spec.Devices)
+		devs += len(s.Spec.Devices)
 		if _, err := c.ResourceV1().ResourceSlices().Create(ctx, &s, metav1.CreateOptions{}); err != nil {
 			return 0, 0, fmt.Errorf("node %s: slice %s (%d devices): %w", name, s.Name, len(s.Spec.Devices), err)
 		}
 	}
-	return len(all), devices, nil
+	return len(all), devs, nil
+}
+
+// nvidiaGPU is the i-th H100 of a DGX H100 as the NVIDIA GPU DRA driver
+// (github.com/NVIDIA/k8s-dra-driver-gpu, cmd/gpu-kubelet-plugin,
+// GpuInfo.Attributes and fullGpuCapacity, May 2026) publishes it: eight
+// attributes in its domain, the standard pciBusID and pcieRoot,
+// addressingMode where the platform supports one, and a memory capacity.
+// Two GPUs sit behind each PCIe root of the IB HCAs.
+func nvidiaGPU(i int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	str := func(v string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: ptr(v)} }
+	ver := func(v string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{VersionValue: ptr(v)} }
+	d := func(id string) resourceapi.QualifiedName { return resourceapi.QualifiedName(gpuDriver + "/" + id) }
+	return map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		d("type"):                         str("gpu"),
+		d("uuid"):                         str(fmt.Sprintf("GPU-4d3e5a2c-9f1b-4c7e-8a6d-%012x", i)),
+		d("productName"):                  str("NVIDIA H100 80GB HBM3"),
+		d("brand"):                        str("Nvidia"),
+		d("architecture"):                 str("Hopper"),
+		d("cudaComputeCapability"):        ver("9.0.0"),
+		d("driverVersion"):                ver("580.95.5"),
+		d("cudaDriverVersion"):            ver("13.0.0"),
+		d("addressingMode"):               str("HMM"),
+		"resource.kubernetes.io/pciBusID": str(fmt.Sprintf("0000:%02x:00.0", 0x18+i)),
+		"resource.kubernetes.io/pcieRoot": str(pcieRoots[i/2]),
+	}
+}
+
+// syntheticAttributes are n attributes of the i-th device of a sweep
+// driver: index, then string, int, bool and version values in turn.
+func syntheticAttributes(driver string, n, i int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		resourceapi.QualifiedName(driver + "/index"): {IntValue: ptr(int64(i))}}
+	for k := 1; k < n; k++ {
+		name := resourceapi.QualifiedName(fmt.Sprintf("%s/a%02d", driver, k))
+		switch k % 4 {
+		case 0:
+			attrs[name] = resourceapi.DeviceAttribute{StringValue: ptr(fmt.Sprintf("value-%d-%d", k, i))}
+		case 1:
+			attrs[name] = resourceapi.DeviceAttribute{IntValue: ptr(int64(k*100 + i))}
+		case 2:
+			attrs[name] = resourceapi.DeviceAttribute{BoolValue: ptr(k%3 == 0)}
+		case 3:
+			attrs[name] = resourceapi.DeviceAttribute{VersionValue: ptr(fmt.Sprintf("%d.%d.0", k, i))}
+		}
+	}
+	return attrs
 }
 
 func otherSlice(node, driver string, n int, attrs func(int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) resourceapi.ResourceSlice {
 	s := resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: &node,
 		Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}}}
 	for i := range n {
-		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{Name: fmt.Sprintf("dev-%d", i), Attributes: attrs(i)})
+		dev := resourceapi.Device{Name: fmt.Sprintf("dev-%d", i), Attributes: attrs(i)}
+		if driver == gpuDriver {
+			dev.Name = fmt.Sprintf("gpu-%d", i)
+			dev.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+				"memory": {Value: resource.MustParse("81559Mi")}}
+		}
+		s.Spec.Devices = append(s.Spec.Devices, dev)
 	}
 	return s
 }
@@ -386,7 +524,8 @@ func runShape(ctx context.Context, tb testing.TB, c kubernetes.Interface, s shap
 	}
 	slices.Sort(lat)
 	window := last.Sub(first)
-	return result{shape: s.name, podsPerSec: float64(n) / window.Seconds(), p50: lat[n/2], p99: lat[(n*99)/100], schedulingWindow: window}
+	return result{shape: s.name, rounds: 1, podsPerSec: float64(n) / window.Seconds(), p50: lat[n/2], p99: lat[(n*99)/100],
+		latencies: lat, schedulingWindow: window}
 }
 
 // cleanup deletes the shape's pods and claims and waits until they are
@@ -434,19 +573,99 @@ func heapMB() float64 {
 	return float64(m.HeapAlloc) / (1 << 20)
 }
 
+// merge pools the rounds of a shape that ran more than once: pods over the
+// sum of the windows, latencies of every pod.
+func merge(results []result) []result {
+	var out []result
+	index := map[string]int{}
+	for _, r := range results {
+		i, seen := index[r.shape]
+		if !seen {
+			index[r.shape] = len(out)
+			out = append(out, r)
+			continue
+		}
+		m := &out[i]
+		pods := m.podsPerSec*m.schedulingWindow.Seconds() + r.podsPerSec*r.schedulingWindow.Seconds()
+		m.schedulingWindow += r.schedulingWindow
+		m.podsPerSec = pods / m.schedulingWindow.Seconds()
+		m.latencies = append(m.latencies, r.latencies...)
+		slices.Sort(m.latencies)
+		m.p50, m.p99 = m.latencies[len(m.latencies)/2], m.latencies[len(m.latencies)*99/100]
+		m.heapAfterMB = max(m.heapAfterMB, r.heapAfterMB)
+		m.rounds++
+	}
+	return out
+}
+
+// perPod is a shape's scheduling cost per pod: its window over its pods.
+func (r result) perPod() time.Duration { return time.Duration(float64(time.Second) / r.podsPerSec) }
+
 func report(b *testing.B, nodes, pods int, heapBase float64, results []result) {
 	base := results[0]
+	byShape := map[string]result{}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\nN=%d nodes (%d HCAs), %d pods per shape; heap after publish %.0f MB\n", nodes, nodes*10, pods, heapBase)
-	fmt.Fprintf(&sb, "%-18s %9s %9s %9s %12s %12s %9s\n", "shape", "pods/s", "p50", "p99", "x base p50", "x base pod", "heap MB")
+	fmt.Fprintf(&sb, "\nN=%d nodes (%d HCAs), %d pods per shape and round; heap after publish %.0f MB\n", nodes, nodes*10, pods, heapBase)
+	fmt.Fprintf(&sb, "%-18s %6s %9s %9s %9s %9s %12s %12s %9s\n", "shape", "rounds", "pods/s", "ms/pod", "p50", "p99", "x base p50", "x base pod", "heap MB")
 	for _, r := range results {
-		perPod := (1 / r.podsPerSec) / (1 / base.podsPerSec)
-		fmt.Fprintf(&sb, "%-18s %9.1f %9v %9v %12.2f %12.2f %9.0f\n", r.shape, r.podsPerSec, r.p50.Round(time.Millisecond),
-			r.p99.Round(time.Millisecond), float64(r.p50)/float64(base.p50), perPod, r.heapAfterMB)
+		byShape[r.shape] = r
+		perPod := float64(r.perPod()) / float64(base.perPod())
+		fmt.Fprintf(&sb, "%-18s %6d %9.1f %9.1f %9v %9v %12.2f %12.2f %9.0f\n", r.shape, r.rounds, r.podsPerSec, ms(r.perPod()),
+			r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), float64(r.p50)/float64(base.p50), perPod, r.heapAfterMB)
 		b.ReportMetric(r.podsPerSec, r.shape+"-pods/s")
 		b.ReportMetric(float64(r.p50.Milliseconds()), r.shape+"-p50-ms")
 		b.ReportMetric(float64(r.p99.Milliseconds()), r.shape+"-p99-ms")
 		b.ReportMetric(perPod, r.shape+"-x-baseline")
 	}
+	// The per-attribute line: a least-squares fit of the cost per pod over
+	// the attribute count.
+	var xs, ys []float64
+	for _, n := range sweep {
+		if r, ok := byShape[fmt.Sprintf("attrs-%d", n)]; ok {
+			xs, ys = append(xs, float64(n)), append(ys, ms(r.perPod()))
+		}
+	}
+	if len(xs) >= 2 {
+		fmt.Fprintf(&sb, "per-attribute sweep (one device, class comparing only the driver):")
+		for i := range xs {
+			fmt.Fprintf(&sb, " %g:%.1fms", xs[i], ys[i])
+		}
+		a, slope, r2 := fit(xs, ys)
+		fmt.Fprintf(&sb, "\nper-attribute cost: %.3f ms per pod per attribute (%.1f ms at 0 attributes, R²=%.2f)\n", slope, a, r2)
+		b.ReportMetric(slope, "ms-per-pod-per-attribute")
+	}
+	gpu, ok1 := byShape["gpu"]
+	hca, ok2 := byShape["one-hca"]
+	gpuPair, ok3 := byShape["gpu-pair"]
+	pair, ok4 := byShape["gpu-hca-pair"]
+	if ok1 && ok2 && ok3 && ok4 {
+		x := float64(hca.perPod()) / float64(gpu.perPod())
+		y := float64(pair.perPod()) / float64(gpuPair.perPod())
+		b.ReportMetric(x, "one-hca/gpu")
+		b.ReportMetric(y, "pair/gpu-pair")
+		fmt.Fprintf(&sb, "anchor ratios: one-hca/gpu=%.2f pair/gpu-pair=%.2f\n", x, y)
+	}
 	fmt.Print(sb.String())
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// fit is the least-squares line y = a + b·x and its R².
+func fit(xs, ys []float64) (a, b, r2 float64) {
+	n := float64(len(xs))
+	var sx, sy, sxx, sxy float64
+	for i := range xs {
+		sx, sy, sxx, sxy = sx+xs[i], sy+ys[i], sxx+xs[i]*xs[i], sxy+xs[i]*ys[i]
+	}
+	b = (n*sxy - sx*sy) / (n*sxx - sx*sx)
+	a = (sy - b*sx) / n
+	var ssRes, ssTot float64
+	for i := range xs {
+		ssRes += (ys[i] - a - b*xs[i]) * (ys[i] - a - b*xs[i])
+		ssTot += (ys[i] - sy/n) * (ys[i] - sy/n)
+	}
+	if ssTot > 0 {
+		r2 = 1 - ssRes/ssTot
+	}
+	return a, b, r2
 }

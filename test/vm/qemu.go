@@ -53,9 +53,25 @@ type Boot struct {
 	// reaching the host's API server. The guest can then reach whatever
 	// the host can; only the node tests ask for it.
 	HostNet bool
+	// Link, when set, adds a third NIC on a point-to-point L2 segment
+	// with another guest (two-node tests).
+	Link *LinkNIC
+	// Append are extra kernel parameters; NAME=value ones the kernel
+	// hands to /init's environment (one image, a different node per boot).
+	Append []string
 	// Console and Output see each line of ttyS0 and ttyS1 as it comes.
 	Console func(line string)
 	Output  func(line string)
+}
+
+// LinkNIC is a guest's NIC on a private Ethernet segment between two
+// guests: QEMU's socket netdev in UDP mode, each end sending its frames to
+// the other's port on the host's loopback. No bridge, no tap, no root, and
+// neither end must start first; nothing on it reaches the host's network.
+type LinkNIC struct {
+	MAC    string // unique per guest: the segment is one broadcast domain
+	Local  string // 127.0.0.1:port this guest receives on
+	Remote string // 127.0.0.1:port of the other guest
 }
 
 // Result of a boot that reached the exit marker.
@@ -88,13 +104,17 @@ func (b *Boot) Run(ctx context.Context) (*Result, error) {
 		"-machine", "q35,accel=" + accel, "-cpu", cpuFor(accel), "-smp", strconv.Itoa(cpus), "-m", strconv.Itoa(mem),
 		"-display", "none", "-monitor", "none", "-no-reboot",
 		"-kernel", b.Image.Kernel, "-initrd", b.Image.Initrd,
-		"-append", "console=ttyS0 loglevel=4 panic=-1 rdinit=/init",
+		"-append", strings.Join(append([]string{"console=ttyS0 loglevel=4 panic=-1 rdinit=/init"}, b.Append...), " "),
 		"-serial", "stdio",
 		"-chardev", "socket,id=res,path=" + sock + ",server=on,wait=on",
 		"-serial", "chardev:res",
 		"-netdev", "user,id=n0,restrict=" + onOff(!b.HostNet) + ",ipv6=off", "-device", "virtio-net-pci,netdev=n0",
 		"-netdev", "user,id=n1,restrict=on,ipv6=off,net=10.0.3.0/24", "-device", "virtio-net-pci,netdev=n1",
 		"-nodefaults",
+	}
+	if l := b.Link; l != nil {
+		args = append(args, "-netdev", "socket,id=n2,udp="+l.Remote+",localaddr="+l.Local,
+			"-device", "virtio-net-pci,netdev=n2,mac="+l.MAC)
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.Timeout)
 	defer cancel()

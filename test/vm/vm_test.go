@@ -24,21 +24,9 @@ import (
 const bootTimeout = 9 * time.Minute
 
 func TestVM(t *testing.T) {
-	if os.Getenv("RDMA_DRA_VM") == "0" {
-		t.Skip("the environment sets RDMA_DRA_VM=0: the VM suite is switched off on this machine")
-	}
-	if ok, why := Available(); !ok {
-		t.Skip("no VM on this machine: " + why)
-	}
+	cache := requireVM(t)
+	cacheDir := cache.Dir
 	ctx := context.Background()
-	cacheDir, err := DefaultCacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cache := &Cache{Dir: cacheDir, Log: t.Logf}
-	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 
 	start := time.Now()
@@ -99,6 +87,26 @@ func TestVM(t *testing.T) {
 		return
 	}
 	reportGuestTests(t, res)
+}
+
+// requireVM skips where no VM can run, saying why, and returns the
+// package cache (made if missing: whichever test runs first).
+func requireVM(t *testing.T) *Cache {
+	t.Helper()
+	if os.Getenv("RDMA_DRA_VM") == "0" {
+		t.Skip("the environment sets RDMA_DRA_VM=0: the VM suite is switched off on this machine")
+	}
+	if ok, why := Available(); !ok {
+		t.Skip("no VM on this machine: " + why)
+	}
+	dir, err := DefaultCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &Cache{Dir: dir, Log: t.Logf}
 }
 
 // Guest paths of the product's binaries: the hook (where the guest's driver

@@ -58,20 +58,35 @@ func TestVMNode(t *testing.T) {
 // startVMNode builds what the guest runs, starts the control plane, boots
 // the VM and waits for its node to be Ready.
 func startVMNode(t *testing.T) *vmCluster {
-	if os.Getenv("RDMA_DRA_VM") == "0" {
-		t.Skip("the environment sets RDMA_DRA_VM=0: the VM suite is switched off on this machine")
-	}
-	if ok, why := Available(); !ok {
-		t.Skip("no VM on this machine: " + why)
-	}
+	v := newVMCluster(t)
+	files := v.nodeFiles()
+	files = append(files, v.nodeConfig(guestNodeConfig, nodeguest.Config{Node: vmNodeName}))
+	im := v.image(files, []string{nodeguest.ConfigEnv + "=" + guestNodeConfig}, vmNodeTimeout)
+	v.boot(&Boot{Image: im, MemMB: 4096}, vmNodeName)
+	v.waitNodeReady(vmNodeName)
+	return v
+}
+
+// newVMCluster skips where no VM can run, else starts the control plane
+// the guests' nodes join.
+func newVMCluster(t *testing.T) *vmCluster {
+	cache := requireVM(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	dir := t.TempDir()
-	start := time.Now()
+	v := &vmCluster{t: t, ctx: ctx, cancel: cancel, dir: t.TempDir(), start: time.Now(), cacheDir: cache.Dir, cache: cache}
+	var err error
+	v.cp, err = node.StartControlPlane(ctx, t, filepath.Join(v.dir, "cp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
 
-	// What the guest runs: the node's binaries (built once, cached), the
-	// driver's and the tools' images, and the guest test that keeps the
-	// node up.
+// nodeFiles is what a node's guest runs: the node's binaries (built once,
+// cached), the driver's and the tools' images, and the guest test that
+// keeps the node up.
+func (v *vmCluster) nodeFiles() []GuestFile {
+	t := v.t
 	cached, err := node.CachedFiles(t.Logf)
 	if err != nil {
 		t.Skipf("the node's binaries cannot be built here: %v", err)
@@ -80,73 +95,102 @@ func startVMNode(t *testing.T) *vmCluster {
 	for _, f := range cached {
 		files = append(files, GuestFile{Path: filepath.Join(guestNodeCache, f.Rel), Src: f.Src})
 	}
-	image, err := node.BuildDriverImage(dir)
+	image, err := node.BuildDriverImage(v.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "nodeguest.test")
+	bin := filepath.Join(v.dir, "nodeguest.test")
 	cmd := exec.Command("go", "test", "-c", "-o", bin, "./nodeguest")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the guest's node test (go test -c ./nodeguest): %v\n%s", err, out)
 	}
-	cacheDir, err := DefaultCacheDir()
-	if err != nil {
+	tools := filepath.Join(v.dir, "rdma-tools.tar")
+	if err := v.cache.ToolsImage(v.ctx, tools); err != nil {
 		t.Fatal(err)
 	}
-	cache := &Cache{Dir: cacheDir, Log: t.Logf}
-	tools := filepath.Join(dir, "rdma-tools.tar")
-	if err := cache.ToolsImage(ctx, tools); err != nil {
-		t.Fatal(err)
-	}
-	files = append(files, GuestFile{Path: guestDriverTar, Src: image}, GuestFile{Path: guestToolsTar, Src: tools},
+	return append(files, GuestFile{Path: guestDriverTar, Src: image}, GuestFile{Path: guestToolsTar, Src: tools},
 		GuestFile{Path: guestNodeTest, Src: bin})
+}
 
-	cp, err := node.StartControlPlane(ctx, t, filepath.Join(dir, "cp"))
+// nodeConfig writes a guest's nodeguest.Config, to be at path in the
+// image: the API server at QEMU's gateway to the host's loopback, checked
+// against the name the host's clients use, and the node's images.
+func (v *vmCluster) nodeConfig(path string, cfg nodeguest.Config) GuestFile {
+	u, err := url.Parse(v.cp.Config.Host)
 	if err != nil {
-		t.Fatal(err)
+		v.t.Fatal(err)
 	}
-	cfgFile, err := guestNodeConfigFile(dir, cp)
+	ca, err := v.cp.ServingCA()
 	if err != nil {
-		t.Fatal(err)
+		v.t.Fatal(err)
 	}
-	files = append(files, GuestFile{Path: guestNodeConfig, Src: cfgFile})
+	if v.cp.Config.BearerToken == "" {
+		v.t.Fatal("the control plane's client has no bearer token for the guest's node")
+	}
+	cfg.Server, cfg.ServerName, cfg.CA, cfg.Token = "https://10.0.2.2:"+u.Port(), u.Hostname(), ca, v.cp.Config.BearerToken
+	cfg.Images, cfg.Done = []string{guestDriverTar, guestToolsTar}, vmNodeDone
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	src := filepath.Join(v.dir, filepath.Base(path))
+	if err := os.WriteFile(src, b, 0o600); err != nil {
+		v.t.Fatal(err)
+	}
+	return GuestFile{Path: path, Src: src}
+}
 
-	im, err := cache.Build(ctx, dir, ImageSpec{Files: files, Prog: guestNodeTest,
-		Args: []string{"-test.v", "-test.count=1", "-test.timeout=" + (vmNodeTimeout - time.Minute).String()},
-		Env:  []string{"RDMA_NODE_CACHE=" + guestNodeCache, nodeguest.ConfigEnv + "=" + guestNodeConfig, "HOME=/root"},
+// image builds the nodes' image: files, and the guest test run with env
+// for at most timeout (less a minute for the host's side to finish).
+func (v *vmCluster) image(files []GuestFile, env []string, timeout time.Duration) *Image {
+	im, err := v.cache.Build(v.ctx, v.dir, ImageSpec{Files: files, Prog: guestNodeTest,
+		Args: []string{"-test.v", "-test.count=1", "-test.timeout=" + (timeout - time.Minute).String()},
+		Env:  append([]string{"RDMA_NODE_CACHE=" + guestNodeCache, "HOME=/root"}, env...),
 		// Containers' root filesystems (overlayfs) and the CNI bridge.
 		Modules: []string{"overlay", "bridge", "veth"}})
 	if err != nil {
-		t.Fatalf("building the VM image: %v", err)
+		v.t.Fatalf("building the VM image: %v", err)
 	}
-	accel := chooseAccel(ctx, t, cacheDir, im)
-	t.Logf("kernel %s, %s; builds and image took %v", im.Release, accel, time.Since(start).Round(time.Millisecond))
+	v.accel = chooseAccel(v.ctx, v.t, v.cacheDir, im)
+	v.t.Logf("kernel %s, %s; builds and image took %v", im.Release, v.accel, time.Since(v.start).Round(time.Millisecond))
+	v.timeout = timeout
+	return im
+}
 
-	v := &vmCluster{t: t, ctx: ctx, cp: cp, dir: dir, booted: make(chan struct{})}
-	var mu sync.Mutex
-	var console []string
-	boot := &Boot{Image: im, Dir: dir, Accel: accel, MemMB: 4096, HostNet: true, Timeout: vmNodeTimeout,
-		Console: func(l string) { mu.Lock(); console = append(console, l); mu.Unlock() },
-		Output: func(l string) {
-			if strings.HasPrefix(l, "=== RUN") || endLine.MatchString(l) || strings.Contains(l, "node_test.go") {
-				t.Logf("guest| %s", l)
-			}
-		},
+// boot starts b in the background as node's guest; the test's cleanup
+// stops it and, on a failure, prints its console's last lines.
+func (v *vmCluster) boot(b *Boot, node string) {
+	t := v.t
+	g := &vmGuest{node: node, booted: make(chan struct{})}
+	b.Dir = filepath.Join(v.dir, node)
+	if err := os.MkdirAll(b.Dir, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	go func() { v.res, v.bootErr = boot.Run(ctx); close(v.booted) }()
+	b.Accel, b.HostNet, b.Timeout = v.accel, true, v.timeout
+	b.Console = func(l string) { g.mu.Lock(); g.console = append(g.console, l); g.mu.Unlock() }
+	b.Output = func(l string) {
+		if strings.HasPrefix(l, "=== RUN") || endLine.MatchString(l) || strings.Contains(l, "node_test.go") {
+			t.Logf("%s| %s", node, l)
+		}
+	}
+	v.guests = append(v.guests, g)
+	go func() { g.res, g.bootErr = b.Run(v.ctx); close(g.booted) }()
 	t.Cleanup(func() {
-		cancel()
-		<-v.booted
+		v.cancel()
+		<-g.booted
 		if t.Failed() {
-			mu.Lock()
-			defer mu.Unlock()
-			t.Logf("the guest's console (last lines):\n%s", strings.Join(tail(console, 40), "\n"))
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			t.Logf("%s's console (last lines):\n%s", node, strings.Join(tail(g.console, 40), "\n"))
 		}
 	})
+}
 
-	v.wait("node "+vmNodeName+" Ready", 10*time.Minute, func() (bool, string) {
-		no, err := cp.Client.CoreV1().Nodes().Get(ctx, vmNodeName, metav1.GetOptions{})
+// waitNodeReady waits for the guest's node to be Ready.
+func (v *vmCluster) waitNodeReady(name string) {
+	v.wait("node "+name+" Ready", 10*time.Minute, func() (bool, string) {
+		no, err := v.cp.Client.CoreV1().Nodes().Get(v.ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -157,8 +201,7 @@ func startVMNode(t *testing.T) *vmCluster {
 		}
 		return false, "no Ready condition"
 	})
-	t.Logf("node %s Ready %s after the start", vmNodeName, time.Since(start).Round(100*time.Millisecond))
-	return v
+	v.t.Logf("node %s Ready %s after the start", name, time.Since(v.start).Round(100*time.Millisecond))
 }
 
 // installDriver installs the chart in shared mode and waits for the
@@ -166,25 +209,7 @@ func startVMNode(t *testing.T) *vmCluster {
 // capacities only a kernel with the rdma controller gets.
 func (v *vmCluster) installDriver() {
 	t, ctx, cp := v.t, v.ctx, v.cp
-	installed := time.Now()
-	if _, err := cluster.InstallChart(ctx, cp, v.dir, "rdma", "rdma-system", `{"image":{"tag":"dev"},"sharing":"shared"}`); err != nil {
-		t.Fatal(err)
-	}
-	v.wait("the driver pod Ready", 5*time.Minute, func() (bool, string) {
-		pods, err := cp.Client.CoreV1().Pods("rdma-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=rdma"})
-		if err != nil || len(pods.Items) == 0 {
-			return false, fmt.Sprintf("no pod yet (%v)", err)
-		}
-		p := pods.Items[0]
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("phase %s, init %+v, containers %+v", p.Status.Phase, p.Status.InitContainerStatuses, p.Status.ContainerStatuses)
-	})
-	t.Logf("driver Ready %s after the chart's install", time.Since(installed).Round(100*time.Millisecond))
-
+	v.installChart(`{"image":{"tag":"dev"},"sharing":"shared"}`, 1)
 	var handles string
 	v.wait("the node's ResourceSlice with rxe0's hcaHandles", 2*time.Minute, func() (bool, string) {
 		slices, err := cp.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
@@ -278,28 +303,40 @@ o=$(ibv_devinfo -d rxe1 2>&1); echo "rxe1 (not claimed): exit $? $(echo "$o" | t
 	}
 }
 
-// guestNodeConfigFile writes the guest's nodeguest.Config: the API server
-// at QEMU's gateway to the host's loopback, checked against the name the
-// host's clients use.
-func guestNodeConfigFile(dir string, cp *cluster.ControlPlane) (string, error) {
-	u, err := url.Parse(cp.Config.Host)
-	if err != nil {
-		return "", err
+// installChart installs the chart with values and waits for a Ready
+// driver pod on each of the nodes.
+func (v *vmCluster) installChart(values string, nodes int) {
+	installed := time.Now()
+	if _, err := cluster.InstallChart(v.ctx, v.cp, v.dir, "rdma", "rdma-system", values); err != nil {
+		v.t.Fatal(err)
 	}
-	ca, err := cp.ServingCA()
-	if err != nil {
-		return "", err
-	}
-	if cp.Config.BearerToken == "" {
-		return "", fmt.Errorf("the control plane's client has no bearer token for the guest's node")
-	}
-	b, err := json.Marshal(nodeguest.Config{Server: "https://10.0.2.2:" + u.Port(), ServerName: u.Hostname(),
-		CA: ca, Token: cp.Config.BearerToken, Node: vmNodeName, Images: []string{guestDriverTar, guestToolsTar}, Done: vmNodeDone})
-	if err != nil {
-		return "", err
-	}
-	p := filepath.Join(dir, "rdma-vm-node.json")
-	return p, os.WriteFile(p, b, 0o600)
+	v.waitDrivers(nodes, installed)
+}
+
+// waitDrivers waits for a Ready driver pod on each of the nodes.
+func (v *vmCluster) waitDrivers(nodes int, installed time.Time) {
+	t, ctx, cp := v.t, v.ctx, v.cp
+	v.wait(fmt.Sprintf("%d driver pods Ready", nodes), 5*time.Minute, func() (bool, string) {
+		pods, err := cp.Client.CoreV1().Pods("rdma-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=rdma"})
+		if err != nil {
+			return false, err.Error()
+		}
+		onNodes := map[string]bool{}
+		var why []string
+		for _, p := range pods.Items {
+			ready := false
+			for _, c := range p.Status.Conditions {
+				ready = ready || c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+			}
+			if ready {
+				onNodes[p.Spec.NodeName] = true
+				continue
+			}
+			why = append(why, fmt.Sprintf("%s on %q: phase %s, init %+v, containers %+v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.InitContainerStatuses, p.Status.ContainerStatuses))
+		}
+		return len(onNodes) == nodes, fmt.Sprintf("Ready on %d of %d nodes; %s", len(onNodes), nodes, strings.Join(why, "; "))
+	})
+	t.Logf("driver Ready on %d node(s) %s after the chart's install", nodes, time.Since(installed).Round(100*time.Millisecond))
 }
 
 // finish tells the guest the host is done (after a failure: print your
@@ -308,35 +345,55 @@ func (v *vmCluster) finish() {
 	t := v.t
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: vmNodeDone}, Data: map[string]string{"failed": fmt.Sprint(t.Failed())}}
 	if _, err := v.cp.Client.CoreV1().ConfigMaps("default").Create(v.ctx, cm, metav1.CreateOptions{}); err != nil {
-		t.Errorf("telling the guest the host is done: %v", err)
+		t.Errorf("telling the guests the host is done: %v", err)
 		return
 	}
-	select {
-	case <-v.booted:
-	case <-time.After(5 * time.Minute):
-		t.Errorf("the guest did not power off within 5 minutes of the host being done")
-		return
+	for _, g := range v.guests {
+		select {
+		case <-g.booted:
+		case <-time.After(5 * time.Minute):
+			t.Errorf("%s's guest did not power off within 5 minutes of the host being done", g.node)
+			continue
+		}
+		if g.bootErr != nil {
+			t.Errorf("%s's VM: %v", g.node, g.bootErr)
+			continue
+		}
+		t.Logf("%s's VM ran %v", g.node, g.res.Elapsed.Round(time.Second))
+		if len(v.guests) == 1 {
+			reportGuestTests(t, g.res)
+		} else {
+			t.Run(g.node, func(t *testing.T) { reportGuestTests(t, g.res) })
+		}
 	}
-	if v.bootErr != nil {
-		t.Errorf("the VM: %v", v.bootErr)
-		return
-	}
-	t.Logf("VM ran %v", v.res.Elapsed.Round(time.Second))
-	reportGuestTests(t, v.res)
 }
 
 // vmCluster is the host's side of the node in the guest.
 type vmCluster struct {
-	t       *testing.T
-	ctx     context.Context
-	cp      *cluster.ControlPlane
-	dir     string
+	t        *testing.T
+	ctx      context.Context
+	cancel   context.CancelFunc
+	cp       *cluster.ControlPlane
+	dir      string
+	start    time.Time
+	cacheDir string
+	cache    *Cache
+	accel    string
+	timeout  time.Duration
+	guests   []*vmGuest
+}
+
+// vmGuest is one booted guest running a node.
+type vmGuest struct {
+	node    string
 	booted  chan struct{} // closed when the VM has ended, with res and bootErr
 	res     *Result
 	bootErr error
+	mu      sync.Mutex
+	console []string
 }
 
-// wait polls cond every 250 ms until it holds; the guest powering off or
+// wait polls cond every 250 ms until it holds; a guest powering off or
 // d passing fails the test with cond's last word.
 func (v *vmCluster) wait(what string, d time.Duration, cond func() (bool, string)) {
 	v.t.Helper()
@@ -346,10 +403,12 @@ func (v *vmCluster) wait(what string, d time.Duration, cond func() (bool, string
 		if ok {
 			return
 		}
-		select {
-		case <-v.booted:
-			v.t.Fatalf("waiting for %s: the VM ended (%s)", what, why)
-		default:
+		for _, g := range v.guests {
+			select {
+			case <-g.booted:
+				v.t.Fatalf("waiting for %s: %s's VM ended (%v; %s)", what, g.node, g.bootErr, why)
+			default:
+			}
 		}
 		if time.Now().After(deadline) {
 			v.t.Fatalf("waiting for %s: not after %s: %s", what, d, why)
@@ -358,14 +417,15 @@ func (v *vmCluster) wait(what string, d time.Duration, cond func() (bool, string
 	}
 }
 
-// claimPod creates a claim for rxe0 consuming the given capacities and a
+// claimPod creates a claim for rxe0 (the HCA on eth0) consuming the given capacities and a
 // hostNetwork pod running script in image with it; the guest's test binary is at
 // the same path in the container (hostPath), for its uverbs helper.
 func (v *vmCluster) claimPod(name, image, script string, consume map[string]int64) string {
 	v.t.Helper()
 	req := &resourceapi.ExactDeviceRequest{DeviceClassName: "hca." + driverName,
 		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: fmt.Sprintf(`device.attributes[%q].ibdev == "rxe0"`, driverName)}}}}
+			// rxe0 is the RoCE HCA on eth0 (siw0, when built, is iWARP on it).
+			Expression: fmt.Sprintf(`device.attributes[%[1]q].netdev == "eth0" && device.attributes[%[1]q].transport == "roce"`, driverName)}}}}
 	if len(consume) > 0 {
 		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{}}
 		for k, n := range consume {

@@ -50,7 +50,11 @@ type HcaConfig struct {
 	// on nodes whose RDMA subsystem is in exclusive netns mode and for pods
 	// without hostNetwork (a RoCE HCA's GIDs follow its netdev's
 	// addresses). The host loses the interface until the pod's namespace
-	// goes away. Default false; ignored where no move happens.
+	// goes away. Only a DeviceClass may turn it on. The hook finds the
+	// netdevs by identity when it moves them, and never moves one that
+	// carries the host's default route or holds the Node's InternalIP
+	// (refused at prepare and at the move). Default false; ignored where
+	// no move happens.
 	MoveNetdev *bool `json:"moveNetdev,omitempty"`
 }
 
@@ -168,3 +172,35 @@ func Merge(configs ...*HcaConfig) *HcaConfig {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// AdminOnlyFields are the HcaConfig fields a claim may not turn on by
+// itself: only a DeviceClass's config (written by the cluster's admin)
+// grants them. managementDevices hands out umad/issm, from which a pod can
+// send management datagrams to the fabric or act as a subnet manager;
+// moveNetdev takes the HCA's Ethernet or IPoIB interface away from the
+// node. A claim may still turn them off, or repeat what its class grants.
+//
+// The other fields only shape what a container is told (env, addressFamily,
+// pkey: NCCL_IB_PKEY is a hint, the partition table the subnet manager
+// programs is the isolation), so a claim may set them. Limits are not
+// config at all: a claim asks for capacity, the allocator bounds it by what
+// the node publishes, and the node's defaults and --require-hca-limits are
+// daemon flags.
+var AdminOnlyFields = []string{"managementDevices", "moveNetdev"}
+
+// BeyondGrant lists the admin-only fields (AdminOnlyFields) that c turns
+// on although grant, the DeviceClass's merged config, does not.
+func (c *HcaConfig) BeyondGrant(grant *HcaConfig) []string {
+	if c == nil {
+		return nil
+	}
+	on := func(p *bool) bool { return p != nil && *p }
+	var out []string
+	if on(c.ManagementDevices) && (grant == nil || !on(grant.ManagementDevices)) {
+		out = append(out, "managementDevices")
+	}
+	if on(c.MoveNetdev) && (grant == nil || !on(grant.MoveNetdev)) {
+		out = append(out, "moveNetdev")
+	}
+	return out
+}

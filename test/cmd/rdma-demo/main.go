@@ -1,18 +1,14 @@
 // Command rdma-demo is `make demo`: a Kubernetes 1.37 control plane in this
 // process (etcd, kube-apiserver, scheduler, controllers) and a simulated
-// RDMA node (dgx-h100). Where the machine can (root, runc, iproute2), the
-// node is real: the kubelet v1.37.2 and containerd 2.4.2 run the driver's
-// DaemonSet from its Helm chart and the image `make image` builds, and the
-// seed's Jobs in runc containers (realnode.go). Elsewhere the demo says why
-// in one line and falls back to the node agent, a stand-in built from the
-// kubelet's DRA manager beside the driver binary. It applies demo/specs and
-// prints what a person wants to see.
+// RDMA node (dgx-h100). Where the machine can (root), the node is real: the
+// kubelet v1.37.2 and containerd 2.4.2 with runc (built into the node's
+// cache when the host has none) run the driver's DaemonSet from its Helm
+// chart and the image `make image` builds, then the Jobs of demo/specs in
+// real containers (realnode.go). Elsewhere the demo says what is missing in
+// one line and shows what needs no kubelet: the driver's ResourceSlices and
+// the scheduler's allocations for the same Jobs.
 //
-// Without root or runc (or with --no-runtime) the node agent does not run
-// the containers: it builds each one's OCI spec, CDI devices injected, and
-// the demo shows what the container would get.
-//
-//	rdma-demo [--keep] [--preset dgx-h100] [--no-runtime]
+//	rdma-demo [--keep] [--preset dgx-h100] [--no-node]
 package main
 
 import (
@@ -46,9 +42,9 @@ const nodeName = "dgx01"
 func main() {
 	keep := flag.Bool("keep", false, "leave the cluster running for kubectl until Ctrl-C")
 	preset := flag.String("preset", "dgx-h100", "simulated node: "+strings.Join(hcatest.PresetNames(), ", "))
-	noRuntime := flag.Bool("no-runtime", false, "do not run containers, show their OCI specs (the default without root or runc)")
+	noNode := flag.Bool("no-node", false, "run no kubelet even where one could run: show slices and allocations only")
 	flag.Parse()
-	if err := run(*preset, *keep, *noRuntime); err != nil {
+	if err := run(*preset, *keep, *noNode); err != nil {
 		// On stdout: `make demo` sends stderr (the cluster's logs) to DEMO_LOG.
 		fmt.Println("rdma-demo:", err)
 		os.Exit(1)
@@ -57,7 +53,7 @@ func main() {
 
 func step(format string, args ...any) { fmt.Printf("\n== "+format+"\n", args...) }
 
-func run(preset string, keep, noRuntime bool) error {
+func run(preset string, keep, noNode bool) error {
 	dir, err := os.MkdirTemp("", "rdma-demo-")
 	if err != nil {
 		return err
@@ -76,15 +72,23 @@ func run(preset string, keep, noRuntime bool) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 
-	if !noRuntime {
+	why := "--no-node"
+	if !noNode {
 		err := runRealNode(ctx, h, dir, preset, keep)
 		var fb fallback
 		if !errors.As(err, &fb) {
 			return err
 		}
-		fmt.Printf("\nnote: no real node here (%s): the kubelet stand-in (node agent) runs the Jobs instead\n", fb.why)
+		why = fb.why
 	}
+	fmt.Printf("\nnote: no real node here (%s): the demo shows what needs no kubelet; `make test-vm` runs the real node inside a VM without root\n", why)
+	return runWithoutKubelet(ctx, h, dir, preset, keep)
+}
 
+// runWithoutKubelet is the demo where no kubelet can run: the driver runs as
+// a process beside a Node object, publishes its slices, and the scheduler
+// allocates the Jobs' claims; no container starts.
+func runWithoutKubelet(ctx context.Context, h *cluster.Harness, dir, preset string, keep bool) error {
 	step("starting Kubernetes 1.37 in this process (etcd, kube-apiserver, scheduler, controllers)")
 	cp, err := cluster.StartControlPlane(h, filepath.Join(dir, "cp"))
 	if err != nil {
@@ -97,13 +101,16 @@ func run(preset string, keep, noRuntime bool) error {
 	if err := cluster.StartScheduler(ctx, cp); err != nil {
 		return err
 	}
+	if err := registerNode(ctx, cp); err != nil {
+		return err
+	}
 
 	step("simulating node %s (%s) and starting rdma-dra-driver on it (--sharing=shared --legacy=dra)", nodeName, preset)
 	spec, err := hcatest.Preset(preset)
 	if err != nil {
 		return err
 	}
-	node, err := hcatest.Build(filepath.Join(dir, "node"), spec)
+	sim, err := hcatest.Build(filepath.Join(dir, "node"), spec)
 	if err != nil {
 		return err
 	}
@@ -111,38 +118,14 @@ func run(preset string, keep, noRuntime bool) error {
 	if err != nil {
 		return err
 	}
-	kubeletDir, cdiDir := filepath.Join(dir, "kubelet"), filepath.Join(dir, "cdi")
 	drv, err := cluster.StartDriver(binary, "--node-name="+nodeName, "--kubeconfig="+cp.Kubeconfig,
-		"--sysfs-root="+node.SysfsRoot, "--dev-root="+node.DevRoot, "--cdi-root="+cdiDir,
-		"--kubelet-root-dir="+kubeletDir, "--sharing=shared", "--legacy=dra",
+		"--sysfs-root="+sim.SysfsRoot, "--dev-root="+sim.DevRoot, "--cdi-root="+filepath.Join(dir, "cdi"),
+		"--kubelet-root-dir="+filepath.Join(dir, "kubelet"), "--sharing=shared", "--legacy=dra",
 		"--metrics-address=127.0.0.1:0", "--healthz-address=127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	h.Cleanup(func() { _ = drv.Stop() })
-
-	runnable, why := cluster.RuntimeAvailable()
-	if noRuntime {
-		runnable, why = false, "--no-runtime"
-	}
-	rootfs, runcRoot := "", ""
-	if runnable {
-		if rootfs, err = cluster.Rootfs(filepath.Join(dir, "rootfs")); err != nil {
-			return err
-		}
-		runcRoot = filepath.Join(dir, "runc")
-	} else {
-		fmt.Printf("note: containers are not run (%s): the demo shows the OCI spec each would get\n", why)
-	}
-	agent, err := cluster.StartNodeAgent(ctx, cp, cluster.NodeAgentConfig{
-		NodeName: nodeName, KubeletDir: kubeletDir, CDIDir: cdiDir, NoRuntime: !runnable,
-		RuncRoot: runcRoot, BundleDir: filepath.Join(dir, "bundles"), Rootfs: rootfs,
-		Allocatable: corev1.ResourceList{"cpu": resource.MustParse("8"), "memory": resource.MustParse("64Gi"), "pods": resource.MustParse("110")},
-	})
-	if err != nil {
-		return err
-	}
-	h.Cleanup(agent.Stop)
 
 	allocs, err := showSlicesAndWatch(ctx, cp)
 	if err != nil {
@@ -156,13 +139,57 @@ func run(preset string, keep, noRuntime bool) error {
 		return err
 	}
 	for _, job := range []string{"hps-benchmark", "hps-benchmark-legacy"} {
-		if err := showJob(ctx, cp, agent, allocs, job, runnable, why); err != nil {
+		if err := showScheduledJob(ctx, cp, allocs, job); err != nil {
 			return err
 		}
 	}
 	if keep {
 		step("the cluster keeps running: export KUBECONFIG=%s  (Ctrl-C ends it; files in %s)", cp.Kubeconfig, dir)
 		<-ctx.Done()
+	}
+	return nil
+}
+
+// registerNode creates the Node object a kubelet would: Ready, with room for
+// the Jobs, so the scheduler places their pods.
+func registerNode(ctx context.Context, cp *cluster.ControlPlane) error {
+	res := corev1.ResourceList{"cpu": resource.MustParse("8"), "memory": resource.MustParse("64Gi"), "pods": resource.MustParse("110")}
+	n, err := cp.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{corev1.LabelHostname: nodeName}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("registering node %s: %w", nodeName, err)
+	}
+	n.Status = corev1.NodeStatus{
+		Capacity: res, Allocatable: res,
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "DemoWithoutKubelet",
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
+	}
+	if _, err := cp.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("node %s status: %w", nodeName, err)
+	}
+	return nil
+}
+
+// showScheduledJob waits until the scheduler has bound the Job's pod and
+// prints what its claims were allocated: the part of a pod's start that needs
+// no kubelet.
+func showScheduledJob(ctx context.Context, cp *cluster.ControlPlane, allocs *allocations, name string) error {
+	step("Job %s (scheduled; no kubelet runs it here)", name)
+	var pod corev1.Pod
+	if err := waitFor(ctx, "the pod of job "+name+" to be scheduled with its claims allocated", func() (bool, error) {
+		pods, err := cp.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + name})
+		if err != nil || len(pods.Items) == 0 || pods.Items[0].Spec.NodeName == "" {
+			return false, err
+		}
+		pod = pods.Items[0]
+		return len(allocs.of(pod.UID)) > 0, nil
+	}); err != nil {
+		return err
+	}
+	fmt.Printf("pod %s: bound to %s\n", pod.Name, pod.Spec.NodeName)
+	for _, line := range allocs.of(pod.UID) {
+		fmt.Println(line)
 	}
 	return nil
 }
@@ -206,44 +233,19 @@ func printSlices(ctx context.Context, cp *cluster.ControlPlane) {
 	step("kubectl get resourceslices (the devices the driver published)")
 	l, _ := cp.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "DEVICE\tIBDEV\tMODEL\tLINK\tGBPS\tSTATE\tNUMA\tPCIE-ROOT\tSHARES")
+	fmt.Fprintln(tw, "DEVICE\tMODEL\tLINK\tGBPS\tNETDEV\tNUMA\tPCIE-ROOT\tSHARES")
 	for _, s := range l.Items {
 		for _, d := range s.Spec.Devices {
 			shares := "-"
 			if c, ok := d.Capacity["rdma.dra.dev/shares"]; ok {
 				shares = c.Value.String()
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, attr(d, "rdma.dra.dev/ibdev"), attr(d, "rdma.dra.dev/model"),
-				attr(d, "rdma.dra.dev/linkLayer"), attr(d, "rdma.dra.dev/rateGbps"), attr(d, "rdma.dra.dev/portState"),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Name, attr(d, "rdma.dra.dev/model"),
+				attr(d, "rdma.dra.dev/linkLayer"), attr(d, "rdma.dra.dev/rateGbps"), attr(d, "rdma.dra.dev/netdev"),
 				attr(d, "resource.kubernetes.io/numaNode"), attr(d, "resource.kubernetes.io/pcieRoot"), shares)
 		}
 	}
 	tw.Flush()
-}
-
-// showJob prints how job name ended, what its claims got and its
-// container's output: with no runtime, the description of the OCI spec
-// the container would have run with (why says why it did not run).
-func showJob(ctx context.Context, cp *cluster.ControlPlane, agent *cluster.NodeAgent, allocs *allocations, name string, runnable bool, why string) error {
-	step("Job %s", name)
-	pod, _, err := waitJob(ctx, cp, name)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("pod %s: %s\n", pod.Name, pod.Status.Phase)
-	for _, line := range allocs.of(pod.UID) {
-		fmt.Println(line)
-	}
-	out := strings.TrimSpace(agent.Logs("default", pod.Name, "hps-benchmark"))
-	if runnable {
-		fmt.Println("container output (ls /dev/infiniband; RDMA/NCCL/UCX env; CapEff):")
-	} else {
-		fmt.Printf("container's OCI spec (not run: %s):\n", why)
-	}
-	for _, l := range strings.Split(out, "\n") {
-		fmt.Println("  " + l)
-	}
-	return nil
 }
 
 // waitJob waits for a Job to complete or fail and returns its pod and how

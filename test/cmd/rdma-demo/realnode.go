@@ -22,7 +22,7 @@ import (
 )
 
 // fallback is an error that means "this machine cannot run the real node":
-// the demo says why and runs the node agent instead.
+// the demo says why and shows what needs no kubelet.
 type fallback struct{ why string }
 
 func (f fallback) Error() string { return f.why }

@@ -143,8 +143,8 @@ type ctrSetup struct {
 	ids     []string
 }
 
-// devices lists /dev/infiniband inside a container.
-func devices(t *testing.T, id, cdiDir string, ids ...string) []string {
+// listInfiniband lists /dev/infiniband inside a container.
+func listInfiniband(t *testing.T, id, cdiDir string, ids ...string) []string {
 	t.Helper()
 	r := runContainer(t, id, withCDI(t, containerSpec(id, "ls", "/dev/infiniband"), cdiDir, ids...), 30*time.Second)
 	if r.exit != 0 {
@@ -191,7 +191,7 @@ func TestSharedRxeTransferBetweenContainers(t *testing.T) {
 		id  string
 		ids []string
 	}{{"server-ls", ida}, {"client-ls", idb}} {
-		if got, want := devices(t, c.id, n.cdiDir, c.ids...), []string{"rdma_cm", uverbs}; !slices.Equal(got, want) {
+		if got, want := listInfiniband(t, c.id, n.cdiDir, c.ids...), []string{"rdma_cm", uverbs}; !slices.Equal(got, want) {
 			t.Errorf("%s: /dev/infiniband = %v, want %v (only its claim's device)", c.id, got, want)
 		}
 	}
@@ -242,7 +242,7 @@ func TestExclusiveClaimsEachTransferOnOwnDevice(t *testing.T) {
 	for i, c := range []struct{ dev, other, ip string }{{"rxe0", "rxe1", "10.0.2.15"}, {"rxe1", "rxe0", "10.0.3.15"}} {
 		claim := n.claim("excl-"+c.dev, []string{c.dev})
 		ids := n.prepare(claim)
-		if got, want := devices(t, "ls-"+c.dev, n.cdiDir, ids...), []string{"rdma_cm", uverbsOf(t, inv, c.dev)}; !slices.Equal(got, want) {
+		if got, want := listInfiniband(t, "ls-"+c.dev, n.cdiDir, ids...), []string{"rdma_cm", uverbsOf(t, inv, c.dev)}; !slices.Equal(got, want) {
 			t.Errorf("container of %s: /dev/infiniband = %v, want %v", c.dev, got, want)
 		}
 		gid := gidIndex(t, n, c.dev)

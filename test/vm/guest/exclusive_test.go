@@ -10,6 +10,8 @@ package guest
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,20 +52,27 @@ func rdmactlMode(t *testing.T, rdmactl, mode string) {
 	if !strings.Contains(table, want) {
 		t.Errorf("rdmactl discover does not say %q:\n%s", want, table)
 	}
-	y := string(command(t, rdmactl, "discover", "-o", "yaml"))
-	re := regexp.MustCompile(`netnsMode:\s+(string:\s+)?(\S+)`)
-	ms := re.FindAllStringSubmatch(y, -1)
-	if len(ms) == 0 {
-		t.Errorf("rdmactl discover -o yaml has no netnsMode:\n%s", y)
-	}
-	for _, m := range ms {
-		if m[2] != mode {
-			t.Errorf("rdmactl discover -o yaml: %q, want netnsMode %s", m[0], mode)
-			break
+	// netnsMode is node-wide and lives in the metadata, not the slice:
+	// -o wide lists it per HCA with where it lives.
+	wide := string(command(t, rdmactl, "discover", "-o", "wide"))
+	var rows []string
+	for _, line := range strings.Split(wide, "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == driverName+"/netnsMode" {
+			rows = append(rows, line)
+			if f[1] != mode || f[2] != "metadata" {
+				t.Errorf("rdmactl discover -o wide: %q, want netnsMode %s in the metadata", line, mode)
+			}
 		}
 	}
-	if len(ms) > 0 {
-		t.Logf("rdmactl discover: %q; -o yaml: %d devices with %q", want, len(ms), ms[0][0])
+	if len(rows) != len(rdmaDevices()) {
+		t.Errorf("rdmactl discover -o wide has %d netnsMode rows, want one per HCA (%d):\n%s", len(rows), len(rdmaDevices()), wide)
+	}
+	y := string(command(t, rdmactl, "discover", "-o", "yaml"))
+	if strings.Contains(y, "netnsMode") {
+		t.Errorf("rdmactl discover -o yaml: the slice carries netnsMode, which belongs to the metadata:\n%s", y)
+	}
+	if len(rows) > 0 {
+		t.Logf("rdmactl discover: %q; -o wide: %d devices with %q", want, len(rows), strings.TrimSpace(rows[0]))
 	}
 }
 
@@ -76,7 +85,7 @@ func runRdmanlTests(t *testing.T) {
 	if err != nil {
 		t.Errorf("pkg/rdmanl's real-kernel tests: %v\n%s", err, out)
 	}
-	for _, name := range []string{"TestRealKernel", "TestRealKernelSet", "TestRealKernelRoute"} {
+	for _, name := range []string{"TestRealKernel", "TestRealKernelSet", "TestRealKernelRoute", "TestRealKernelUplink", "TestRealKernelPortNetdev", "TestRealKernelLinks", "TestRealKernelNetdevUse"} {
 		if !strings.Contains(string(out), "--- PASS: "+name+" ") {
 			t.Errorf("pkg/rdmanl %s did not pass:\n%s", name, out)
 		}
@@ -204,8 +213,8 @@ func TestExclusiveNetnsMode(t *testing.T) {
 			t.Errorf("the slice in exclusive mode has %d devices, want %d", len(sl.Spec.Devices), len(rdmaDevices()))
 		}
 		for _, d := range sl.Spec.Devices {
-			if a := d.Attributes[driverName+"/netnsMode"]; a.StringValue == nil || *a.StringValue != "exclusive" {
-				t.Errorf("slice device %s: netnsMode %v, want exclusive", d.Name, a)
+			if a, ok := d.Attributes[driverName+"/netnsMode"]; ok {
+				t.Errorf("slice device %s carries netnsMode %v: it belongs to the metadata", d.Name, a)
 			}
 		}
 	}
@@ -235,6 +244,62 @@ func TestExclusiveNetnsMode(t *testing.T) {
 			t.Errorf("rdma dev after the refusal: %v, want rxe0 still in the host's namespace", devs)
 		} else {
 			t.Logf("rdma dev after the refusal: %v", devs)
+		}
+	})
+
+	t.Run("moveNetdev: the node's uplink never moves, found by identity", func(t *testing.T) {
+		// The hook as the runtime runs it, for a container in a namespace
+		// of its own: rxe0's port netdev is eth0 (ifindex from RDMA
+		// netlink), which holds 10.0.2.15; rxe1's is eth1, here given the
+		// default route. Both are refused before anything moves; with
+		// neither, the checks pass and the kernel refuses rxe0's move.
+		if def, err := exec.Command("ip", "route", "show", "default").Output(); err != nil || len(strings.TrimSpace(string(def))) > 0 {
+			t.Skipf("the guest's /init adds no default route, but there is one (%q, %v)", def, err)
+		}
+		holder := exec.Command("sleep", "60")
+		holder.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+		if err := holder.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { holder.Process.Kill(); holder.Wait() }()
+		state := fmt.Sprintf(`{"id":"uplink","pid":%d}`, holder.Process.Pid)
+		runHook := func(args ...string) (string, error) {
+			cmd := exec.Command(hook, append([]string{"netns", "--move-netdevs"}, args...)...)
+			cmd.Stdin = strings.NewReader(state)
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		eth0, err := net.InterfaceByName("eth0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := runHook("--device=rxe0", "--node-ip=10.0.2.15")
+		want := fmt.Sprintf("HCA rxe0: refusing to move its netdev eth0 (ifindex %d, port 1) into the network namespace of container uplink", eth0.Index)
+		if err == nil || !strings.Contains(out, want) || !strings.Contains(out, "it holds the node's InternalIP 10.0.2.15") {
+			t.Errorf("rxe0 with eth0 holding the InternalIP: %v\n%s\nwant a refusal containing %q", err, out, want)
+		} else {
+			t.Logf("rxe0, eth0 holding the InternalIP: %s", strings.TrimSpace(out))
+		}
+		if out, err := exec.Command("ip", "route", "add", "default", "dev", "eth1").CombinedOutput(); err != nil {
+			t.Errorf("ip route add default dev eth1: %v: %s", err, out)
+		} else {
+			defer exec.Command("ip", "route", "del", "default", "dev", "eth1").Run()
+			out, err := runHook("--device=rxe1")
+			if err == nil || !strings.Contains(out, "HCA rxe1: refusing to move its netdev eth1") || !strings.Contains(out, "it carries the node's default route") {
+				t.Errorf("rxe1 with eth1 carrying the default route: %v\n%s", err, out)
+			} else {
+				t.Logf("rxe1, eth1 carrying the default route: %s", strings.TrimSpace(out))
+			}
+		}
+		out, err = runHook("--device=rxe0", "--node-ip=10.9.9.9")
+		if err == nil || !strings.Contains(out, "HCA rxe0: cannot move it into the network namespace of container uplink") {
+			t.Errorf("rxe0 with no uplink: %v\n%s\nwant the kernel's refusal of the RDMA move (the checks passed)", err, out)
+		}
+		if devs := rdmaDevNames(t); !slices.Contains(devs, "rxe0") || !slices.Contains(devs, "rxe1") {
+			t.Errorf("rdma dev after the refusals: %v, want rxe0 and rxe1 still in the host's namespace", devs)
+		}
+		if _, err := net.InterfaceByName("eth1"); err != nil {
+			t.Errorf("eth1 after the refusals: %v", err)
 		}
 	})
 

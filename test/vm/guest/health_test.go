@@ -19,7 +19,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	healthpb "k8s.io/kubelet/pkg/apis/dra-health/v1"
 
-	rslices "github.com/rdma-dra/rdma-dra-driver/pkg/slices"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 )
 
 // portBound separates the fast path (kernel events and the 250 ms port
@@ -33,7 +33,7 @@ func taintedDevices(s *resourceapi.ResourceSlice) map[string]bool {
 	out := map[string]bool{}
 	for _, d := range s.Spec.Devices {
 		for _, tn := range d.Taints {
-			if tn.Key == driverName+"/"+rslices.TaintPortDown && tn.Effect == resourceapi.DeviceTaintEffectNoSchedule {
+			if tn.Key == driverName+"/"+devices.TaintPortDown && tn.Effect == resourceapi.DeviceTaintEffectNoSchedule {
 				out[d.Name] = true
 			}
 		}

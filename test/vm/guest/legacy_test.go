@@ -20,16 +20,16 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/legacy"
-	rslices "github.com/rdma-dra/rdma-dra-driver/pkg/slices"
 )
 
 func TestLegacyContainerGetsEveryHCA(t *testing.T) {
 	inGuest(t)
 	skipWithoutRunc(t)
 	n := startNode(t, nodeConfig{shares: 1000, legacyShares: 1000})
-	c := n.claim("legacy", []string{rslices.LegacyDeviceName}, "22222222-aaaa-4aaa-8aaa-000000000001")
+	c := n.claim("legacy", []string{devices.LegacyDeviceName}, "22222222-aaaa-4aaa-8aaa-000000000001")
 	ids := n.prepare(c)
 	t.Logf("CDI devices: %v", ids)
 	everyHCA(t, "legacy", n.drv.Inventory(), n.cdiDir, ids)
@@ -45,7 +45,7 @@ func everyHCA(t *testing.T, name string, inv hca.Inventory, cdiDir string, ids [
 		want = append(want, uverbsOf(t, inv, dev))
 	}
 	slices.Sort(want)
-	if got := devices(t, name+"-ls", cdiDir, ids...); !slices.Equal(got, want) {
+	if got := listInfiniband(t, name+"-ls", cdiDir, ids...); !slices.Equal(got, want) {
 		t.Errorf("%s container: /dev/infiniband = %v, want %v", name, got, want)
 	}
 	script := ""

@@ -55,6 +55,10 @@ type nodeConfig struct {
 	// mode), enforced by the hook at hookPath.
 	hcaHandles, hcaObjects int64
 	hookPath               string
+	// defaultHCAHandles/Objects: the limits of a claim that asks for none.
+	defaultHCAHandles, defaultHCAObjects int64
+	// hostNetworkOnly turns non-hostNetwork RDMA off (needs pods).
+	hostNetworkOnly bool
 	// pods: the driver looks the claims' pods up (n.pod creates them);
 	// exclusive netns mode needs it. hostRDMA: unprepare checks moved
 	// HCAs came back over RDMA netlink.
@@ -119,7 +123,8 @@ func startNode(t *testing.T, nc nodeConfig) *node {
 	deps.KernelEvents = w.Events()
 	drv, err := driver.New(ctx, driver.Config{
 		DriverName: driverName, NodeName: nodeName, HostDevRoot: "/dev",
-		AllowNonHostNetwork: true, RescanInterval: cmp.Or(nc.rescan, 10*time.Second),
+		AllowNonHostNetwork: !nc.hostNetworkOnly, RescanInterval: cmp.Or(nc.rescan, 10*time.Second),
+		DefaultHCAHandles: nc.defaultHCAHandles, DefaultHCAObjects: nc.defaultHCAObjects,
 		Shares: nc.shares, LegacyShares: nc.legacyShares,
 		TaintUnhealthy: true, PortPollInterval: 250 * time.Millisecond,
 		HCAHandles: nc.hcaHandles, HCAObjects: nc.hcaObjects, HookPath: nc.hookPath,

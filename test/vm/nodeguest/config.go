@@ -21,6 +21,19 @@ type Config struct {
 	Images []string `json:"images"`
 	// Done is the ConfigMap (default namespace) whose creation ends the node.
 	Done string `json:"done"`
+	// Link, when set, is the NIC of the private segment between two
+	// guests, to be addressed and given an rxe before the node starts.
+	Link *Link `json:"link,omitempty"`
+	// SharedNetwork runs the node in the guest's own network namespace
+	// (node.Options.SharedNetwork): hostNetwork pods then see Link.
+	SharedNetwork bool `json:"sharedNetwork,omitempty"`
+}
+
+// Link is a guest's NIC on the segment between the guests.
+type Link struct {
+	MAC     string `json:"mac"`     // finds the NIC, whatever the kernel named it
+	Address string `json:"address"` // CIDR, e.g. 10.0.9.1/24
+	Rxe     string `json:"rxe"`     // the Soft-RoCE device made on it
 }
 
 // ConfigEnv names the guest file holding the Config.
@@ -29,3 +42,8 @@ const ConfigEnv = "RDMA_DRA_VM_NODE_CONFIG"
 // HelperEnv runs a helper instead of the tests: "uverbs-contexts" asks for
 // $N verbs contexts on $UVERBS (a container of the host test runs it).
 const HelperEnv = "RDMA_DRA_VM_HELPER"
+
+// KernelFacts names the ConfigMap (default namespace) in which a guest with
+// a Link publishes what its kernel says about the link's rxe, for the host
+// to check the node's ResourceSlice against.
+func KernelFacts(node string) string { return node + "-kernel" }

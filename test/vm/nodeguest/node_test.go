@@ -3,13 +3,17 @@ package nodeguest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -54,6 +58,12 @@ func TestNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if cfg.Link != nil {
+		if err := setUpLink(*cfg.Link); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("link: %s on %s with %s, port ACTIVE", cfg.Link.Address, cfg.Link.Rxe, cfg.Link.MAC)
+	}
 	rc := &rest.Config{Host: cfg.Server, BearerToken: cfg.Token, QPS: 50, Burst: 100,
 		TLSClientConfig: rest.TLSClientConfig{CAData: cfg.CA, ServerName: cfg.ServerName}}
 	client, err := kubernetes.NewForConfig(rc)
@@ -63,8 +73,24 @@ func TestNode(t *testing.T) {
 	cp := &cluster.ControlPlane{Config: rc, Client: client}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if cfg.Link != nil {
+		// ib_core fills the GID table from a work queue after the address.
+		facts, err := linkFacts(*cfg.Link)
+		for i := 0; err != nil && i < 50; i++ {
+			time.Sleep(200 * time.Millisecond)
+			facts, err = linkFacts(*cfg.Link)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: KernelFacts(cfg.Node)}, Data: facts}
+		if _, err := client.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("publishing the kernel's view of %s: %v", cfg.Link.Rxe, err)
+		}
+		t.Logf("kernel's view of %s: %v", cfg.Link.Rxe, facts)
+	}
 	start := time.Now()
-	n, err := node.Start(ctx, t, cp, node.Options{Name: cfg.Node, Images: cfg.Images, NoPivotRoot: true})
+	n, err := node.Start(ctx, t, cp, node.Options{Name: cfg.Node, Images: cfg.Images, NoPivotRoot: true, SharedNetwork: cfg.SharedNetwork})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,4 +120,89 @@ func logNode(t *testing.T, n *node.Node) {
 		b, _ := os.ReadFile(l)
 		t.Logf("%s:\n%s", strings.TrimPrefix(l, n.Dir), node.LastLines(string(b), 40))
 	}
+}
+
+// setUpLink addresses the NIC with the link's MAC, brings it up and makes
+// an rxe on it, waiting for the rxe's port to be ACTIVE.
+func setUpLink(l Link) error {
+	nics, _ := filepath.Glob("/sys/class/net/*/address")
+	netdev := ""
+	for _, f := range nics {
+		if b, err := os.ReadFile(f); err == nil && strings.EqualFold(strings.TrimSpace(string(b)), l.MAC) {
+			netdev = filepath.Base(filepath.Dir(f))
+		}
+	}
+	if netdev == "" {
+		return fmt.Errorf("link %s: no NIC with MAC %s among %v", l.Address, l.MAC, nics)
+	}
+	for _, args := range [][]string{
+		{"ip", "addr", "add", l.Address, "dev", netdev},
+		{"ip", "link", "set", netdev, "up"},
+		{"rdma", "link", "add", l.Rxe, "type", "rxe", "netdev", netdev},
+	} {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			return fmt.Errorf("link %s: %s: %v: %s", l.Address, strings.Join(args, " "), err, out)
+		}
+	}
+	state := filepath.Join("/sys/class/infiniband", l.Rxe, "ports/1/state")
+	var last []byte
+	for i := 0; i < 100; i++ {
+		last, _ = os.ReadFile(state)
+		if strings.Contains(string(last), "ACTIVE") {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("link %s: %s says %q after 10 s, want ACTIVE", l.Address, state, strings.TrimSpace(string(last)))
+}
+
+// linkFacts is what sysfs says about the link's rxe: the values the
+// driver's slice must show for it.
+func linkFacts(l Link) (map[string]string, error) {
+	dev := filepath.Join("/sys/class/infiniband", l.Rxe)
+	read := func(rel string) string {
+		b, _ := os.ReadFile(filepath.Join(dev, rel))
+		return strings.TrimSpace(string(b))
+	}
+	word := func(rel string) string { // "4: ACTIVE" -> ACTIVE
+		_, w, _ := strings.Cut(read(rel), ": ")
+		return w
+	}
+	ip, _, err := net.ParseCIDR(l.Address)
+	if err != nil {
+		return nil, fmt.Errorf("link address %q: %w", l.Address, err)
+	}
+	v6 := ip.To16()
+	var groups []string
+	for i := 0; i < 16; i += 2 {
+		groups = append(groups, fmt.Sprintf("%02x%02x", v6[i], v6[i+1]))
+	}
+	gid := strings.Join(groups, ":")
+	facts := map[string]string{"ibdev": l.Rxe, "address": ip.String(), "gid": gid,
+		"nodeGUID": read("node_guid"), "sysImageGUID": read("sys_image_guid"),
+		"portState": word("ports/1/state"), "physState": word("ports/1/phys_state"),
+		"linkLayer": read("ports/1/link_layer"), "rate": read("ports/1/rate"), "fwVer": read("fw_ver")}
+	ports, _ := filepath.Glob(filepath.Join(dev, "ports", "*"))
+	facts["ports"] = strconv.Itoa(len(ports))
+	for i := 0; ; i++ {
+		g := read(fmt.Sprintf("ports/1/gids/%d", i))
+		if g == "" {
+			break
+		}
+		if g == gid && read(fmt.Sprintf("ports/1/gid_attrs/types/%d", i)) == "RoCE v2" {
+			facts["roceGIDIndex"] = strconv.Itoa(i)
+			facts["netdev"] = read(fmt.Sprintf("ports/1/gid_attrs/ndevs/%d", i))
+			break
+		}
+	}
+	if facts["roceGIDIndex"] == "" {
+		return nil, fmt.Errorf("%s: no RoCE v2 GID %s in its port 1's table", l.Rxe, gid)
+	}
+	uverbs, _ := filepath.Glob("/sys/class/infiniband_verbs/uverbs*/ibdev")
+	for _, f := range uverbs {
+		if b, _ := os.ReadFile(f); strings.TrimSpace(string(b)) == l.Rxe {
+			facts["uverbs"] = filepath.Base(filepath.Dir(f))
+		}
+	}
+	return facts, nil
 }

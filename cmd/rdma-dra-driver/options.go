@@ -1,0 +1,147 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/component-base/featuregate"
+	logsapi "k8s.io/component-base/logs/api/v1"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/legacy"
+)
+
+type options struct {
+	nodeName            string
+	kubeconfig          string
+	driverName          string
+	sysfsRoot           string
+	devRoot             string
+	hostDevRoot         string
+	cdiRoot             string
+	kubeletRootDir      string
+	stateDir            string
+	allowNonHostNetwork bool
+	rescanInterval      time.Duration
+	metricsAddress      string
+	healthzAddress      string
+	kubeAPIQPS          float32
+	kubeAPIBurst        int
+	podUID              string
+	bootIDFile          string
+	sharing             sharingMode
+	sharesPerHCA        int64
+	legacyRoute         legacyMode
+	legacyResourceName  string
+	legacyShares        int
+	taintUnhealthy      bool
+	portPollInterval    time.Duration
+	deviceMetadata      bool
+	claimStatus         bool
+	fullRescanInterval  time.Duration
+	hookPath            string
+	hookSource          string
+	hcaHandlesPerHCA    int64
+	hcaObjectsPerHCA    int64
+	defaultHCAHandles   int64
+	defaultHCAObjects   int64
+	requireHCALimits    bool
+	kernelEvents        bool
+	printVersion        bool
+	logging             *logsapi.LoggingConfiguration
+}
+
+func (o *options) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.nodeName, "node-name", "", "name of this node (required; NODE_NAME)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster config when empty")
+	fs.StringVar(&o.driverName, "driver-name", "rdma.dra.dev", "DRA driver name, also the attribute domain")
+	fs.StringVar(&o.sysfsRoot, "sysfs-root", "/sys", "sysfs to discover HCAs from")
+	fs.StringVar(&o.devRoot, "dev-root", "/dev", "directory holding infiniband/ device nodes, as this process sees it")
+	fs.StringVar(&o.hostDevRoot, "host-dev-root", "", "the same directory as the container runtime sees it, for CDI specs (default: --dev-root)")
+	fs.StringVar(&o.cdiRoot, "cdi-root", "/var/run/cdi", "directory for per-claim CDI specs")
+	fs.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root; plugins_registry, plugins/<driver> and device-plugins are under it")
+	fs.StringVar(&o.stateDir, "state-dir", "", "where the checkpoint lives (default <kubelet-root-dir>/plugins/<driver>); must be on disk, not tmpfs")
+	fs.BoolVar(&o.allowNonHostNetwork, "allow-non-host-network", false, "let pods without hostNetwork use RDMA")
+	fs.DurationVar(&o.rescanInterval, "rescan-interval", 10*time.Second, "rediscovery period (port state, rate and LIDs; the rest on kernel events)")
+	fs.DurationVar(&o.fullRescanInterval, "full-rescan-interval", hca.DefaultFullRescanInterval, "period of a rediscovery that reads everything again, for changes no kernel event announces (0: every rescan)")
+	fs.StringVar(&o.metricsAddress, "metrics-address", ":9464", "address of the /metrics endpoint; empty disables it")
+	fs.StringVar(&o.healthzAddress, "healthz-address", ":9465", "address of /healthz and /readyz; empty disables them")
+	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 50, "API server queries per second (the helper GETs every claim it prepares)")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "API server burst")
+	fs.StringVar(&o.podUID, "pod-uid", "", "this daemon's pod UID (POD_UID); enables the helper's rolling-update mode")
+	fs.StringVar(&o.bootIDFile, "boot-id-file", "/proc/sys/kernel/random/boot_id", "file holding the boot ID")
+	fs.StringVar((*string)(&o.sharing), "sharing", string(sharingExclusive), "exclusive: one claim per HCA; shared: many claims share an HCA (shares capacity)")
+	fs.Int64Var(&o.sharesPerHCA, "shares-per-hca", 1000, "shares capacity of each HCA in shared mode; a claim consumes 1 unless it asks for more")
+	fs.StringVar((*string)(&o.legacyRoute), "legacy", string(legacyOff), "serve rdma/hca for old manifests: off, device-plugin (kubelet device-plugin API) or dra (a DeviceClass with extendedResourceName)")
+	fs.StringVar(&o.legacyResourceName, "legacy-resource-name", legacy.DefaultResourceName, "extended resource name of the device-plugin route")
+	fs.IntVar(&o.legacyShares, "legacy-shares", legacy.DefaultShares, "how many rdma/hca pods a node takes")
+	fs.BoolVar(&o.taintUnhealthy, "taint-unhealthy", true, "taint HCAs whose port is not ACTIVE with rdma.dra.dev/port-down:NoSchedule")
+	fs.DurationVar(&o.portPollInterval, "port-poll-interval", 250*time.Millisecond, "how often port state files are checked between rescans; 0 disables")
+	fs.StringVar(&o.hookPath, "hook-path", "/opt/rdma-dra-driver/bin/rdma-dra-hook", "host path of the rdma-dra-hook binary (installed by the chart) that CDI specs name to set a container's rdma.max and, in exclusive RDMA netns mode, to move a pod's HCAs into its network namespace")
+	fs.StringVar(&o.hookSource, "hook-source", "", "this image's copy of the rdma-dra-hook binary the chart installs; when set, CDI specs name its pinned copy beside --hook-path (see internal/hookbin), so a spec written before an upgrade or rollback runs the hook it was written for")
+	fs.Int64Var(&o.hcaHandlesPerHCA, "hca-handles-per-hca", 1000, "shared mode: hcaHandles capacity of each HCA (rdma.max hca_handle a claim may ask for); 0 publishes none")
+	fs.Int64Var(&o.hcaObjectsPerHCA, "hca-objects-per-hca", 1000000, "shared mode: hcaObjects capacity of each HCA (rdma.max hca_object a claim may ask for); 0 publishes none")
+	fs.Int64Var(&o.defaultHCAHandles, "default-hca-handles", 0, "shared mode, where the hcaHandles capacity is published: the rdma.max hca_handle of a claim that asks for none (and of every legacy rdma/hca container); 0: unlimited")
+	fs.Int64Var(&o.defaultHCAObjects, "default-hca-objects", 0, "shared mode, where the hcaObjects capacity is published: the rdma.max hca_object of a claim that asks for none (and of every legacy rdma/hca container); 0: unlimited")
+	fs.BoolVar(&o.requireHCALimits, "require-hca-limits", false, "shared mode, where the capacities are published: refuse a claim that asks for no hcaHandles or hcaObjects and gets no default")
+	fs.BoolVar(&o.claimStatus, "claim-status", true, "write each prepared claim's status.devices (its HCA's netdev, addresses, MAC and port), removed on unprepare")
+	fs.BoolVar(&o.deviceMetadata, "device-metadata", true, "write each prepared device's metadata file (KEP-5304), bind-mounted into containers under /var/run/kubernetes.io/dra-device-attributes")
+	fs.BoolVar(&o.printVersion, "version", false, "print the version, commit and Go version, and exit")
+	fs.BoolVar(&o.kernelEvents, "kernel-events", true, "rescan on netlink link messages and uevents (HCAs added or removed; netdev renames when on the host network)")
+}
+
+// runtimeDevRoot is the dev root CDI specs name: the container runtime's
+// view, which differs from ours where the node's /dev is mounted elsewhere
+// in the daemon's container (the chart: /host-dev).
+func (o *options) runtimeDevRoot() string {
+	if o.hostDevRoot != "" {
+		return o.hostDevRoot
+	}
+	return o.devRoot
+}
+
+// envOverrides lets each flag be set from its environment variable
+// (--node-name from NODE_NAME), the way DaemonSets pass values. A flag
+// given on the command line wins.
+func envOverrides(fs *pflag.FlagSet, lookup func(string) (string, bool)) error {
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			return
+		}
+		env := strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := lookup(env); ok && v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("environment variable %s: %w", env, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// applyEnvironment sets each flag not given on the command line from its
+// environment variable, except the logging flags.
+func applyEnvironment(o *options, fs *pflag.FlagSet) error {
+	own := pflag.NewFlagSet("", pflag.ContinueOnError)
+	fs.VisitAll(func(f *pflag.Flag) {
+		// Not --version either: a VERSION variable in the environment is
+		// common and means something else.
+		if f.Name != "v" && !strings.HasPrefix(f.Name, "log") && f.Name != "vmodule" && f.Name != "version" {
+			own.AddFlag(f)
+		}
+	})
+	return envOverrides(own, os.LookupEnv)
+}
+
+// applyLogging configures klog from the logging flags.
+func applyLogging(o *options) error {
+	gate := featuregate.NewFeatureGate()
+	if err := logsapi.AddFeatureGates(gate); err != nil {
+		return err
+	}
+	return logsapi.ValidateAndApply(o.logging, gate)
+}

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestValidatePolicy(t *testing.T) {
+	const hook = "/opt/rdma-dra-driver/bin/rdma-dra-hook"
+	tests := []struct {
+		name    string
+		o       options
+		wantErr string
+	}{
+		{name: "the default: switch off, hook installed", o: options{hookPath: hook, legacyRoute: "off"}},
+		{name: "switch off without the hook", o: options{hookPath: "rdma-dra-hook", legacyRoute: "off"},
+			wantErr: `--allow-non-host-network=false needs the hook (--hook-path="rdma-dra-hook" is not an absolute path)`},
+		{name: "switch on without the hook", o: options{allowNonHostNetwork: true, legacyRoute: "off"}},
+		{name: "negative default", o: options{hookPath: hook, legacyRoute: "off", defaultHCAHandles: -1}, wantErr: "--default-hca-handles=-1"},
+		{name: "required limits, a legacy route, no defaults", o: options{hookPath: hook, legacyRoute: "device-plugin", requireHCALimits: true, defaultHCAHandles: 4},
+			wantErr: "--require-hca-limits with --legacy=device-plugin needs --default-hca-handles and --default-hca-objects"},
+		{name: "required limits, a legacy route, defaults", o: options{hookPath: hook, legacyRoute: "dra", requireHCALimits: true, defaultHCAHandles: 4, defaultHCAObjects: 100}},
+	}
+	for _, tt := range tests {
+		err := validatePolicy(&tt.o)
+		if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+			t.Errorf("%s: err %v, want %q", tt.name, err, tt.wantErr)
+		}
+	}
+}

@@ -1,0 +1,220 @@
+package e2e
+
+// A stream of short pods with claims, started and stopped in the
+// background while a test upgrades, rolls back or kills the node's
+// components: each pod lists /dev/infiniband and exits; the stream checks
+// it saw its claim's devices, and counts.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// streamKind is what a stream pod asks for.
+type streamKind int
+
+const (
+	streamClaim  streamKind = iota // its own claim from ib-400g
+	streamLegacy                   // rdma/hca: 1 (legacy.route=dra)
+)
+
+type podStream struct {
+	w       *realWorld
+	prefix  string
+	kinds   []streamKind // pod i asks for kinds[i%len(kinds)]
+	timeout time.Duration
+
+	mu        sync.Mutex
+	next      int
+	created   int // pods created
+	succeeded int // pods that ran and saw their devices
+	failures  []string
+	byPhase   map[string]int // succeeded pods by the phase label current when they were created
+	phase     string
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// startStream keeps inFlight pods going until stopStream.
+func (w *realWorld) startStream(prefix string, inFlight int, timeout time.Duration, kinds ...streamKind) *podStream {
+	s := &podStream{w: w, prefix: prefix, kinds: kinds, timeout: timeout, byPhase: map[string]int{}, stop: make(chan struct{})}
+	for range inFlight {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			for {
+				select {
+				case <-s.stop:
+					return
+				default:
+				}
+				s.one()
+			}
+		}()
+	}
+	return s
+}
+
+// setPhase labels the pods created from now on (for the figures).
+func (s *podStream) setPhase(p string) {
+	s.mu.Lock()
+	s.phase = p
+	s.mu.Unlock()
+}
+
+func (s *podStream) stopStream() {
+	close(s.stop)
+	s.wg.Wait()
+}
+
+func (s *podStream) fail(format string, args ...any) {
+	s.mu.Lock()
+	s.failures = append(s.failures, fmt.Sprintf(format, args...))
+	s.mu.Unlock()
+}
+
+// one runs one pod to its end and deletes it.
+func (s *podStream) one() {
+	w := s.w
+	s.mu.Lock()
+	i := s.next
+	s.next++
+	phase := s.phase
+	s.mu.Unlock()
+	kind := s.kinds[i%len(s.kinds)]
+	name := fmt.Sprintf("%s%d", s.prefix, i)
+	// The listing goes to the termination message, a file the kubelet
+	// reads from the pod's directory: stdout passes through containerd,
+	// which the restart chaos kills, losing what the container wrote then.
+	pod := claimPod(name, true, "ls /dev/infiniband | tee /dev/termination-log; sleep 1")
+	pod.Spec.TerminationGracePeriodSeconds = ptr(int64(1))
+	pod.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
+	if kind == streamLegacy {
+		pod.Spec.ResourceClaims = nil
+		pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{Limits: corev1.ResourceList{"rdma/hca": resource.MustParse("1")}}
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, s.timeout+30*time.Second)
+	defer cancel()
+	c := w.cp.Client.CoreV1().Pods("default")
+	if _, err := c.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		s.fail("%s: create: %v", name, err)
+		time.Sleep(time.Second)
+		return
+	}
+	s.mu.Lock()
+	s.created++
+	s.mu.Unlock()
+	defer func() {
+		if err := c.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
+			s.fail("%s: delete: %v", name, err)
+		}
+	}()
+	deadline := time.Now().Add(s.timeout)
+	var p *corev1.Pod
+	for {
+		var err error
+		p, err = c.Get(ctx, name, metav1.GetOptions{})
+		if err == nil && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			state := fmt.Sprint(err)
+			if p != nil {
+				state = fmt.Sprintf("%s %+v", p.Status.Phase, p.Status.ContainerStatuses)
+			}
+			s.fail("%s (%s): not done after %s: %s; events: %s", name, phase, s.timeout, state, w.events(name))
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if p.Status.Phase == corev1.PodFailed {
+		s.fail("%s (%s): Failed: %+v", name, phase, p.Status)
+		return
+	}
+	var msg string
+	if cs := p.Status.ContainerStatuses; len(cs) == 1 && cs[0].State.Terminated != nil {
+		msg = cs[0].State.Terminated.Message
+	}
+	got := strings.Join(infinibandListing(msg), " ")
+	var want string
+	if kind == streamLegacy {
+		var all []string
+		for d := range w.devices {
+			all = append(all, d)
+		}
+		want = w.uverbsOf(all...)
+	} else {
+		devs := w.claims.devices(name)
+		if len(devs) != 1 {
+			s.fail("%s: its claim had %v, want one HCA", name, devs)
+			return
+		}
+		want = w.uverbsOf(devs...)
+	}
+	if got != want {
+		s.fail("%s (%s) saw %q, want %q", name, phase, got, want)
+		return
+	}
+	s.mu.Lock()
+	s.succeeded++
+	s.byPhase[phase]++
+	s.mu.Unlock()
+}
+
+// figures says how many pods were created and ran, by phase.
+func (s *podStream) figures() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var phases []string
+	for p, n := range s.byPhase {
+		phases = append(phases, fmt.Sprintf("%s %d", p, n))
+	}
+	slices.Sort(phases)
+	return fmt.Sprintf("%d pods created, %d ran and saw their devices (%s), %d failures", s.created, s.succeeded, strings.Join(phases, ", "), len(s.failures))
+}
+
+// scrape reads every sample of a driver pod's /metrics (through the node's
+// network namespace) whose name starts with rdma_dra_.
+func (w *realWorld) scrape(p corev1.Pod) (map[string]float64, error) {
+	if p.Status.PodIP == "" {
+		return nil, fmt.Errorf("%s has no IP yet", p.Name)
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return w.n.Dial(ctx, network, addr)
+	}}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get("http://" + net.JoinHostPort(p.Status.PodIP, "9464") + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "rdma_dra_") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out, sc.Err()
+}
