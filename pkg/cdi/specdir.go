@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/rdma-dra/rdma-dra-driver/internal/atomicfile"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
@@ -177,6 +178,40 @@ func (d *SpecDir) RemoveClaim(claimUID string) error {
 		return fmt.Errorf("removing CDI spec of claim %s: %w", claimUID, err)
 	}
 	return nil
+}
+
+// RemoveStaleTemps removes WriteClaim's temporary files (tempPattern's
+// names, for any claim) last modified before olderThan, and returns the
+// names it removed. A write killed between creating its temporary file and
+// renaming it leaves one behind, which RemoveClaim would only find at the
+// claim's unprepare. Younger files are spared: another daemon (a rolling
+// update) may be writing them now. Other vendors' files are never touched.
+func (d *SpecDir) RemoveStaleTemps(olderThan time.Time) ([]string, error) {
+	entries, err := os.ReadDir(d.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("CDI spec dir: %w", err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		n := e.Name()
+		if !e.Type().IsRegular() || !strings.HasPrefix(n, "."+specPrefix) || !strings.HasSuffix(n, tmpExt) {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || !fi.ModTime().Before(olderThan) {
+			continue // gone already, or young
+		}
+		if err := os.Remove(filepath.Join(d.dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing stale CDI temp file %s: %w", filepath.Join(d.dir, n), err))
+			continue
+		}
+		removed = append(removed, n)
+	}
+	return removed, errors.Join(errs...)
 }
 
 // ClaimUIDs returns the UIDs of the claims that have a spec file in the

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
@@ -480,5 +481,59 @@ func noTemp(t *testing.T, dir string) {
 		if strings.HasSuffix(n, ".tmp") || strings.HasPrefix(n, ".") {
 			t.Errorf("temporary file left: %s", n)
 		}
+	}
+}
+
+// TestRemoveStaleTemps: only our spec writes' temporary files older than
+// the cut go; young ones, spec files, other vendors' files and
+// directories stay.
+func TestRemoveStaleTemps(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	d := NewSpecDir(dir)
+	ours := "." + filepath.Base(d.Path("uid-a")) + ".1.tmp"
+	now := time.Now()
+	for _, tc := range []struct {
+		name    string
+		age     time.Duration
+		dir     bool
+		removed bool
+	}{
+		{name: ours, age: time.Minute, removed: true},
+		{name: "." + filepath.Base(d.Path("uid-b")) + ".2.tmp", age: time.Second},
+		{name: filepath.Base(d.Path("uid-c")), age: time.Hour},
+		{name: ".vendor.example-gpu_x.json.3.tmp", age: time.Hour},
+		{name: "." + filepath.Base(d.Path("uid-d")) + ".4.tmp.d", age: time.Hour},
+		{name: "." + filepath.Base(d.Path("uid-e")) + ".5.tmp", age: time.Hour, dir: true},
+	} {
+		p := filepath.Join(dir, tc.name)
+		var err error
+		if tc.dir {
+			err = os.Mkdir(p, 0o755)
+		} else {
+			err = os.WriteFile(p, []byte("{"), 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, now.Add(-tc.age), now.Add(-tc.age)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, err := os.Stat(p)
+			if gone := err != nil; gone != tc.removed {
+				t.Errorf("%s: removed %v, want %v", tc.name, gone, tc.removed)
+			}
+		})
+	}
+	removed, err := d.RemoveStaleTemps(now.Add(-10 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(removed, []string{ours}) {
+		t.Errorf("removed %v, want [%s]", removed, ours)
+	}
+	if got, err := NewSpecDir(filepath.Join(dir, "missing")).RemoveStaleTemps(now); err != nil || got != nil {
+		t.Errorf("missing dir: %v, %v; want nothing, no error", got, err)
 	}
 }

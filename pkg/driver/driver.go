@@ -319,6 +319,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Driver, error) {
 // the two.
 const staleSpecAge = time.Minute
 
+// staleTempAge is how old a CDI spec's temporary file must be before the
+// sweep removes it: a write takes milliseconds, and another daemon's write
+// may be under way during a rolling update.
+const staleTempAge = 10 * time.Second
+
 // sweepSpecs removes the CDI specs of claims that are not prepared (a crash
 // between writing a spec and the checkpoint leaves one). It runs at start
 // and on every rescan tick, on the slow path.
@@ -332,6 +337,14 @@ func (d *Driver) sweepSpecs(ctx context.Context, now time.Time) {
 	if err != nil {
 		logger.Error(err, "Listing CDI specs")
 		return
+	}
+	temps, err := d.specs.RemoveStaleTemps(now.Add(-staleTempAge))
+	for _, name := range temps {
+		logger.Info("Removed the temporary file of a CDI spec write that never finished", "file", name)
+	}
+	if err != nil {
+		logger.Error(err, "Removing stale CDI temporary files")
+		d.metrics.backgroundErrors.WithLabelValues("cdi").Inc()
 	}
 	for _, uid := range uids {
 		if _, ok := cp.Claims[uid]; ok || slices.Contains(d.cfg.PreserveSpecs, uid) || d.orphanSpecs[uid] {

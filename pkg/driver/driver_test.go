@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -1107,5 +1109,33 @@ func TestPKey(t *testing.T) {
 				t.Errorf("env (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestStartRemovesStaleSpecTemps: the temporary file of a spec write killed
+// before its rename (a SIGKILL in recoverSpecs) goes at start once it is
+// older than a write takes; a young one may be another daemon's write in
+// flight, and stays.
+func TestStartRemovesStaleSpecTemps(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	specs := cdi.NewSpecDir(e.cdiDir)
+	old := "." + filepath.Base(specs.Path("uid-holder")) + ".123.tmp"
+	young := "." + filepath.Base(specs.Path("uid-other")) + ".456.tmp"
+	for _, n := range []string{old, young} {
+		if err := os.WriteFile(filepath.Join(e.cdiDir, n), []byte("{"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(filepath.Join(e.cdiDir, old), long, long); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	if _, err := os.Stat(filepath.Join(e.cdiDir, old)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the stale temporary file %s is still there (%v)", old, err)
+	}
+	if _, err := os.Stat(filepath.Join(e.cdiDir, young)); err != nil {
+		t.Errorf("the young temporary file %s was removed: %v", young, err)
 	}
 }

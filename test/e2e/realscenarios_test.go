@@ -24,8 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 
-	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 )
 
 func TestRealNodeScenarios(t *testing.T) {

@@ -31,9 +31,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
-	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
 )
 
