@@ -137,17 +137,20 @@ func buildLastRelease(t *testing.T) driverRelease {
 	run(root, "git", "worktree", "prune")
 	run(root, "git", "worktree", "add", "--detach", src, commit)
 	t.Cleanup(func() { _ = exec.Command("git", "-C", root, "worktree", "remove", "--force", src).Run() })
-	out := filepath.Join(tmp, "out")
-	if err := os.MkdirAll(out, 0o755); err != nil {
+	// Built beside the cache entry, so that the rename below stays on one
+	// file system (TMPDIR is often a tmpfs, the cache is on disk).
+	if err := os.MkdirAll(filepath.Dir(cache), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	out, err := os.MkdirTemp(filepath.Dir(cache), ".building-"+commit[:12]+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(out) })
 	run(src, "make", "-s", "image", "BIN="+filepath.Join(tmp, "bin"), "IMAGE_TAR="+filepath.Join(out, "image.tar"),
 		"IMAGE="+strings.TrimSuffix(node.DriverImage, ":dev")+":"+version)
 	run(root, "cp", "-r", filepath.Join(src, "deployments", "helm", "rdma-dra-driver"), filepath.Join(out, "chart"))
 	if err := os.WriteFile(filepath.Join(out, ".complete"), []byte(commit+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(cache), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	_ = os.RemoveAll(cache)
