@@ -46,7 +46,7 @@ func main() {
 // driver, starts the kubelet plugin and the HTTP endpoints, and serves
 // until SIGTERM.
 func run(o *options, fs *pflag.FlagSet) (err error) {
-	if err := applyEnvironment(o, fs); err != nil {
+	if err := applyEnvironment(fs); err != nil {
 		return err
 	}
 	if err := applyLogging(o); err != nil {
