@@ -20,7 +20,7 @@ import (
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
-	"github.com/rdma-dra/rdma-dra-driver/pkg/driver"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/draplugin"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
 )
@@ -82,7 +82,7 @@ func TestSocketHealth(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vm01"}})
-	d, err := driver.New(ctx, driver.Config{DriverName: "rdma.dra.dev", NodeName: "vm01", AllowNonHostNetwork: true}, driver.Deps{
+	d, err := draplugin.New(ctx, draplugin.Config{DriverName: "rdma.dra.dev", NodeName: "vm01", AllowNonHostNetwork: true}, draplugin.Deps{
 		Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(node.SysfsRoot), hca.WithDevRoot(node.DevRoot)),
 		SpecDir:    cdi.NewSpecDir(filepath.Join(dir, "cdi")),
 		Checkpoint: checkpoint.NewStore(filepath.Join(pluginDir, "checkpoint.json")),

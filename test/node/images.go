@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
-	"github.com/rdma-dra/rdma-dra-driver/test/ociimage"
+	"github.com/rdma-dra/rdma-dra-driver/internal/ociimage"
 )
 
 // DriverImage is the name `make image` gives the driver's image by default.
