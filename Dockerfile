@@ -8,7 +8,7 @@ COPY . .
 ARG VERSION
 ARG COMMIT
 RUN CGO_ENABLED=0 go build -trimpath -o /out/ \
-    -ldflags="-s -w -X github.com/rdma-dra/rdma-dra-driver/internal/version.version=${VERSION:-$(cat VERSION)} -X github.com/rdma-dra/rdma-dra-driver/internal/version.commit=${COMMIT}" \
+    -ldflags="-s -w -X github.com/rdma-dra/rdma-dra-driver/internal/buildinfo.version=${VERSION:-$(cat VERSION)} -X github.com/rdma-dra/rdma-dra-driver/internal/buildinfo.commit=${COMMIT}" \
     ./cmd/...
 
 FROM gcr.io/distroless/static-debian12:nonroot

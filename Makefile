@@ -7,7 +7,7 @@ BIN       ?= bin
 # into every binary (--version, the build_info metric).
 VERSION   ?= $(shell cat $(CURDIR)/VERSION)
 COMMIT    ?= $(shell c=$$(git -C $(CURDIR) rev-parse HEAD 2>/dev/null) && { git -C $(CURDIR) diff --quiet HEAD -- 2>/dev/null && echo $$c || echo $$c-dirty; })
-LDFLAGS   := -X github.com/rdma-dra/rdma-dra-driver/internal/version.version=$(VERSION) -X github.com/rdma-dra/rdma-dra-driver/internal/version.commit=$(COMMIT)
+LDFLAGS   := -X github.com/rdma-dra/rdma-dra-driver/internal/buildinfo.version=$(VERSION) -X github.com/rdma-dra/rdma-dra-driver/internal/buildinfo.commit=$(COMMIT)
 IMAGE     ?= ghcr.io/rdma-dra/rdma-dra-driver:$(VERSION)
 FUZZTIME  ?= 20s
 STATICCHECK_VERSION ?= v0.8.2
@@ -106,7 +106,7 @@ IMAGE_TAR ?= $(BIN)/rdma-dra-driver-image.tar
 image:
 	rm -rf $(BIN)/image
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w $(LDFLAGS)" -o $(BIN)/image/ ./cmd/...
-	cd test && $(GO) run ./cmd/rdma-image --name $(IMAGE) --bin $(abspath $(BIN)/image) --out $(abspath $(IMAGE_TAR))
+	$(GO) run ./build/rdma-image --name $(IMAGE) --bin $(abspath $(BIN)/image) --out $(abspath $(IMAGE_TAR))
 
 # The same image with a Docker engine (there is none on the development machines).
 docker-image:

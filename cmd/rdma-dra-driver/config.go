@@ -9,7 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
-	"github.com/rdma-dra/rdma-dra-driver/pkg/driver"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/draplugin"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/legacy"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmacg"
 )
@@ -46,7 +46,7 @@ func legacyNetwork(allowNonHostNetwork bool) cdi.Network {
 // legacyHooks are the container-start hooks of the device plugin's node-wide
 // device: the hostNetwork check, and the default limits where the node
 // publishes the capacities (rdma/hca pods cannot ask for any).
-func legacyHooks(o *options, dcfg driver.Config) legacy.Hooks {
+func legacyHooks(o *options, dcfg draplugin.Config) legacy.Hooks {
 	if !filepath.IsAbs(o.hookPath) {
 		return legacy.Hooks{}
 	}
@@ -78,8 +78,8 @@ func rdmaLimits(logger klog.Logger, o *options) (handles, objects int64, hook st
 }
 
 // driverConfig maps the options to the driver's configuration.
-func driverConfig(logger klog.Logger, o *options, pluginDir string) driver.Config {
-	dcfg := driver.Config{
+func driverConfig(logger klog.Logger, o *options, pluginDir string) draplugin.Config {
+	dcfg := draplugin.Config{
 		DriverName:          o.driverName,
 		NodeName:            o.nodeName,
 		HostDevRoot:         o.runtimeDevRoot(),

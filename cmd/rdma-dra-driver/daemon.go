@@ -9,10 +9,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	"github.com/rdma-dra/rdma-dra-driver/internal/version"
+	"github.com/rdma-dra/rdma-dra-driver/internal/buildinfo"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
-	"github.com/rdma-dra/rdma-dra-driver/pkg/driver"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/draplugin"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/kevents"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/legacy"
@@ -38,15 +38,15 @@ func (o *options) dirs() daemonDirs {
 
 // daemon is the driver and what the process holds for it until it ends.
 type daemon struct {
-	driver  *driver.Driver
-	metrics *driver.Metrics
+	driver  *draplugin.Driver
+	metrics *draplugin.Metrics
 	shim    *legacy.Plugin   // nil unless --legacy=device-plugin
 	events  *kevents.Watcher // nil without kernel events
 }
 
 // newDaemon builds the driver and its dependencies from the options. The
 // pod informer starts here: the driver needs it from its first prepare.
-func newDaemon(ctx context.Context, o *options, client kubernetes.Interface, dirs daemonDirs, build version.Info) (_ *daemon, err error) {
+func newDaemon(ctx context.Context, o *options, client kubernetes.Interface, dirs daemonDirs, build buildinfo.Info) (_ *daemon, err error) {
 	logger := klog.FromContext(ctx)
 	if err := makeDirs(o, dirs); err != nil {
 		return nil, err
@@ -59,13 +59,13 @@ func newDaemon(ctx context.Context, o *options, client kubernetes.Interface, dir
 	// Pods are looked up for the hostNetwork policy and, where every pod
 	// may use RDMA, still for the GID hints (a pod network's GIDs are not
 	// at the host's index).
-	pods := driver.NewPodInformer(client, o.nodeName)
+	pods := draplugin.NewPodInformer(client, o.nodeName)
 	if err := pods.Start(ctx); err != nil {
 		return nil, err
 	}
-	dmn := &daemon{metrics: driver.NewMetrics()}
+	dmn := &daemon{metrics: draplugin.NewMetrics()}
 	registerBuildInfo(dmn.metrics.Registry, build)
-	deps := driver.Deps{
+	deps := draplugin.Deps{
 		// RDMA netlink adds the netns mode and soft-iWARP's netdev; only for
 		// the host's /sys, never for a simulated tree.
 		Inventory: hca.NewDiscoverer(hca.WithSysfsRoot(o.sysfsRoot), hca.WithDevRoot(o.devRoot),
@@ -101,7 +101,7 @@ func newDaemon(ctx context.Context, o *options, client kubernetes.Interface, dir
 	}
 	// moveNetdev never moves the node's uplink (default route, InternalIP).
 	deps.HostLinks = rdmanl.RouteClient{}
-	deps.NodeIPs = driver.NodeGetter{Nodes: client.CoreV1().Nodes(), Name: o.nodeName}
+	deps.NodeIPs = draplugin.NodeGetter{Nodes: client.CoreV1().Nodes(), Name: o.nodeName}
 	if o.legacyRoute == legacyDevicePlugin {
 		shim, err := newShim(o, dcfg, deps.SpecDir)
 		if err != nil {
@@ -115,7 +115,7 @@ func newDaemon(ctx context.Context, o *options, client kubernetes.Interface, dir
 		}
 		dmn.shim = shim
 	}
-	if dmn.driver, err = driver.New(ctx, dcfg, deps); err != nil {
+	if dmn.driver, err = draplugin.New(ctx, dcfg, deps); err != nil {
 		return nil, err
 	}
 	if deps.KernelEvents != nil {
@@ -142,7 +142,7 @@ func makeDirs(o *options, dirs daemonDirs) error {
 
 // newShim is the device-plugin route's plugin, serving the CDI spec of its
 // node-wide device from the driver's spec directory.
-func newShim(o *options, dcfg driver.Config, specs *cdi.SpecDir) (*legacy.Plugin, error) {
+func newShim(o *options, dcfg draplugin.Config, specs *cdi.SpecDir) (*legacy.Plugin, error) {
 	return legacy.New(legacy.Config{
 		ResourceName:    o.legacyResourceName,
 		Shares:          o.legacyShares,

@@ -12,10 +12,10 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
-	"github.com/rdma-dra/rdma-dra-driver/pkg/driver"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/draplugin"
 )
 
-func startHTTP(ctx context.Context, o *options, m *driver.Metrics, helper *kubeletplugin.Helper, pluginDir string) []*http.Server {
+func startHTTP(ctx context.Context, o *options, m *draplugin.Metrics, helper *kubeletplugin.Helper, pluginDir string) []*http.Server {
 	logger := klog.FromContext(ctx)
 	var servers []*http.Server
 	serve := func(addr string, mux *http.ServeMux) {

@@ -17,7 +17,7 @@ import (
 	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/klog/v2"
 
-	"github.com/rdma-dra/rdma-dra-driver/internal/version"
+	"github.com/rdma-dra/rdma-dra-driver/internal/buildinfo"
 )
 
 func main() {
@@ -32,7 +32,7 @@ func main() {
 		os.Exit(2)
 	}
 	if o.printVersion {
-		fmt.Println("rdma-dra-driver", version.Get())
+		fmt.Println("rdma-dra-driver", buildinfo.Get())
 		os.Exit(0)
 	}
 	if err := run(o, fs); err != nil {
@@ -46,7 +46,7 @@ func main() {
 // driver, starts the kubelet plugin and the HTTP endpoints, and serves
 // until SIGTERM.
 func run(o *options, fs *pflag.FlagSet) (err error) {
-	if err := applyEnvironment(o, fs); err != nil {
+	if err := applyEnvironment(fs); err != nil {
 		return err
 	}
 	if err := applyLogging(o); err != nil {
@@ -66,7 +66,7 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	logger := klog.Background().WithValues("node", o.nodeName, "driver", o.driverName)
-	build := version.Get()
+	build := buildinfo.Get()
 	logger.Info("Starting rdma-dra-driver", "version", build.Version, "commit", build.Commit, "goVersion", build.GoVersion)
 	// A SIGTERM while starting (waiting for an informer, say) is a clean
 	// stop, not a failure.

@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
@@ -19,34 +20,47 @@ import (
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
-	"github.com/rdma-dra/rdma-dra-driver/pkg/driver"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/draplugin"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
 )
 
+// TestEnvOverrides: only flagEnv's variables are read (the command line
+// wins over them); a variable named like any other flag changes nothing.
 func TestEnvOverrides(t *testing.T) {
 	o := &options{}
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	o.addFlags(fs)
-	if err := fs.Parse([]string{"--driver-name=cli.example"}); err != nil {
+	if err := fs.Parse([]string{"--kubeconfig=/cli"}); err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{
-		"NODE_NAME": "n1", "DRIVER_NAME": "env.example", "ALLOW_NON_HOST_NETWORK": "true",
-		"RESCAN_INTERVAL": "3s", "KUBELET_ROOT_DIR": "/k",
+		"NODE_NAME": "n1", "POD_UID": "uid-1", "KUBECONFIG": "/env",
+		"DRIVER_NAME": "env.example", "ALLOW_NON_HOST_NETWORK": "true", "SHARING": "shared",
+		"RESCAN_INTERVAL": "3s", "KUBELET_ROOT_DIR": "/k", "DEBUG": "1", "VERSION": "9",
 	}
 	if err := envOverrides(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
 		t.Fatal(err)
 	}
-	if o.nodeName != "n1" || o.driverName != "cli.example" || !o.allowNonHostNetwork || o.rescanInterval != 3*time.Second || o.kubeletRootDir != "/k" {
-		t.Errorf("options after env = %+v (the command line must win over DRIVER_NAME)", o)
+	if o.nodeName != "n1" || o.podUID != "uid-1" || o.kubeconfig != "/cli" {
+		t.Errorf("node %q, pod UID %q, kubeconfig %q; want n1, uid-1 and /cli (the command line wins over KUBECONFIG)", o.nodeName, o.podUID, o.kubeconfig)
 	}
+	want := &options{}
+	defaults := pflag.NewFlagSet("d", pflag.ContinueOnError)
+	want.addFlags(defaults)
+	fs.VisitAll(func(f *pflag.Flag) {
+		if _, read := flagEnv[f.Name]; read {
+			return
+		}
+		if d := defaults.Lookup(f.Name); d.Value.String() != f.Value.String() {
+			t.Errorf("--%s = %q after the environment, want its default %q: only %v are read", f.Name, f.Value, d.Value, slices.Sorted(maps.Values(flagEnv)))
+		}
+	})
 	fresh := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	(&options{}).addFlags(fresh)
-	env = map[string]string{"RESCAN_INTERVAL": "soon"}
-	err := envOverrides(fresh, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	if err == nil || !strings.Contains(err.Error(), "RESCAN_INTERVAL") {
-		t.Errorf("bad env value: err %v, want one naming RESCAN_INTERVAL", err)
+	env = map[string]string{"NODE_NAME": ""}
+	if err := envOverrides(fresh, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil || fresh.Lookup("node-name").Changed {
+		t.Errorf("an empty NODE_NAME: err %v, changed %v; want it unset", err, fresh.Lookup("node-name").Changed)
 	}
 }
 
@@ -68,7 +82,7 @@ func TestSocketHealth(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vm01"}})
-	d, err := driver.New(ctx, driver.Config{DriverName: "rdma.dra.dev", NodeName: "vm01", AllowNonHostNetwork: true}, driver.Deps{
+	d, err := draplugin.New(ctx, draplugin.Config{DriverName: "rdma.dra.dev", NodeName: "vm01", AllowNonHostNetwork: true}, draplugin.Deps{
 		Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(node.SysfsRoot), hca.WithDevRoot(node.DevRoot)),
 		SpecDir:    cdi.NewSpecDir(filepath.Join(dir, "cdi")),
 		Checkpoint: checkpoint.NewStore(filepath.Join(pluginDir, "checkpoint.json")),

@@ -3,8 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -104,37 +105,39 @@ func (o *options) runtimeDevRoot() string {
 	return o.devRoot
 }
 
-// envOverrides lets each flag be set from its environment variable
-// (--node-name from NODE_NAME), the way DaemonSets pass values. A flag
-// given on the command line wins.
+// flagEnv names the only flags read from the environment, with their
+// variables: the values a DaemonSet can only pass that way (the downward
+// API's node name and pod UID) and the client convention KUBECONFIG.
+// Everything else is a flag on the command line, so that a stray variable
+// in the environment (SHARING, DEBUG, VERSION) never changes the daemon.
+var flagEnv = map[string]string{
+	"node-name":  "NODE_NAME",
+	"pod-uid":    "POD_UID",
+	"kubeconfig": "KUBECONFIG",
+}
+
+// envOverrides sets each flag of flagEnv not given on the command line from
+// its environment variable; an empty variable counts as unset.
 func envOverrides(fs *pflag.FlagSet, lookup func(string) (string, bool)) error {
 	var errs []error
-	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Changed {
-			return
+	for _, name := range slices.Sorted(maps.Keys(flagEnv)) {
+		f := fs.Lookup(name)
+		if f == nil || f.Changed {
+			continue
 		}
-		env := strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		env := flagEnv[name]
 		if v, ok := lookup(env); ok && v != "" {
-			if err := fs.Set(f.Name, v); err != nil {
+			if err := fs.Set(name, v); err != nil {
 				errs = append(errs, fmt.Errorf("environment variable %s: %w", env, err))
 			}
 		}
-	})
+	}
 	return errors.Join(errs...)
 }
 
-// applyEnvironment sets each flag not given on the command line from its
-// environment variable, except the logging flags.
-func applyEnvironment(o *options, fs *pflag.FlagSet) error {
-	own := pflag.NewFlagSet("", pflag.ContinueOnError)
-	fs.VisitAll(func(f *pflag.Flag) {
-		// Not --version either: a VERSION variable in the environment is
-		// common and means something else.
-		if f.Name != "v" && !strings.HasPrefix(f.Name, "log") && f.Name != "vmodule" && f.Name != "version" {
-			own.AddFlag(f)
-		}
-	})
-	return envOverrides(own, os.LookupEnv)
+// applyEnvironment applies flagEnv from the process's environment.
+func applyEnvironment(fs *pflag.FlagSet) error {
+	return envOverrides(fs, os.LookupEnv)
 }
 
 // applyLogging configures klog from the logging flags.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/rdma-dra/rdma-dra-driver/pkg/driver"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/draplugin"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -12,7 +12,7 @@ import (
 
 // startPlugin starts the kubelet plugin helper: the DRA gRPC service and
 // the registration with the kubelet.
-func startPlugin(ctx context.Context, o *options, client kubernetes.Interface, d *driver.Driver, dirs daemonDirs) (*kubeletplugin.Helper, error) {
+func startPlugin(ctx context.Context, o *options, client kubernetes.Interface, d *draplugin.Driver, dirs daemonDirs) (*kubeletplugin.Helper, error) {
 	helperOpts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(o.driverName),
 		kubeletplugin.NodeName(o.nodeName),
@@ -24,7 +24,7 @@ func startPlugin(ctx context.Context, o *options, client kubernetes.Interface, d
 		helperOpts = append(helperOpts, kubeletplugin.RollingUpdate(types.UID(o.podUID)))
 	}
 	helperOpts = append(helperOpts, kubeletplugin.PluginSocket(draSocketName(o.podUID)))
-	// Device metadata files are the driver's own (pkg/driver/metadata.go):
+	// Device metadata files are the driver's own (pkg/draplugin/metadata.go):
 	// the helper's writer fsyncs them, and leaves its temp files on a kill.
 	helper, err := kubeletplugin.Start(ctx, d, helperOpts...)
 	if err != nil {

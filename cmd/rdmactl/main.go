@@ -20,7 +20,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/rdma-dra/rdma-dra-driver/internal/version"
+	"github.com/rdma-dra/rdma-dra-driver/internal/buildinfo"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
@@ -56,7 +56,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case "simulate":
 		return simulate(args[1:], stdout, stderr)
 	case "version", "--version":
-		fmt.Fprintln(stdout, "rdmactl", version.Get())
+		fmt.Fprintln(stdout, "rdmactl", buildinfo.Get())
 		return nil
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)

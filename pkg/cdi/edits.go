@@ -68,7 +68,7 @@ const (
 
 // AddressFamily is the IP family of RoCE traffic; see EditOptions. Not the
 // API's type: pkg/cdi does not import the API (nor apimachinery), and Auto
-// is the zero value here, as in the checkpoint; pkg/driver maps one to the
+// is the zero value here, as in the checkpoint; pkg/draplugin maps one to the
 // other.
 type AddressFamily string
 

@@ -12,8 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/rdma-dra/rdma-dra-driver/internal/ociimage"
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
-	"github.com/rdma-dra/rdma-dra-driver/test/ociimage"
 )
 
 // DriverImage is the name `make image` gives the driver's image by default.

@@ -11,7 +11,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/ociimage"
+	"github.com/rdma-dra/rdma-dra-driver/internal/ociimage"
 )
 
 // ToolsImageName is the tools image's name on the node (never pulled).

@@ -1,6 +1,6 @@
 package guest
 
-// The node in the guest: the driver (pkg/driver, wired as the daemon wires
+// The node in the guest: the driver (pkg/draplugin, wired as the daemon wires
 // it: real discovery with RDMA netlink, kernel events, the kubelet plugin
 // helper on real unix sockets) with a fake API client holding the claims
 // (there is no API server in the VM). The test plays the kubelet over the
@@ -27,7 +27,7 @@ import (
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
-	"github.com/rdma-dra/rdma-dra-driver/pkg/driver"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/draplugin"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/kevents"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmanl"
@@ -41,7 +41,7 @@ const (
 type node struct {
 	t         *testing.T
 	client    *fake.Clientset
-	drv       *driver.Driver
+	drv       *draplugin.Driver
 	dra       drapb.DRAPluginClient
 	conn      *grpc.ClientConn
 	cdiDir    string
@@ -104,7 +104,7 @@ func startNode(t *testing.T, nc nodeConfig) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deps := driver.Deps{
+	deps := draplugin.Deps{
 		Inventory:  hca.NewDiscoverer(hca.WithNetlink(hca.HostNetlink("/sys"))),
 		SpecDir:    cdi.NewSpecDir(n.cdiDir),
 		Checkpoint: checkpoint.NewStore(filepath.Join(n.pluginDir, "checkpoint.json")),
@@ -121,7 +121,7 @@ func startNode(t *testing.T, nc nodeConfig) *node {
 		t.Fatalf("kernel events: %v", err)
 	}
 	deps.KernelEvents = w.Events()
-	drv, err := driver.New(ctx, driver.Config{
+	drv, err := draplugin.New(ctx, draplugin.Config{
 		DriverName: driverName, NodeName: nodeName, HostDevRoot: "/dev",
 		AllowNonHostNetwork: !nc.hostNetworkOnly, RescanInterval: cmp.Or(nc.rescan, 10*time.Second),
 		DefaultHCAHandles: nc.defaultHCAHandles, DefaultHCAObjects: nc.defaultHCAObjects,

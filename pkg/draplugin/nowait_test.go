@@ -1,0 +1,202 @@
+package draplugin_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/draplugin"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmanl"
+)
+
+// events is an ordered log of what happened, written from several
+// goroutines: the tests assert order, never durations.
+type events struct {
+	mu  sync.Mutex
+	log []string
+}
+
+func (e *events) add(s string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.log = append(e.log, s)
+}
+
+func (e *events) String() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return strings.Join(e.log, " < ")
+}
+
+// before reports whether a was logged and b was not logged before it.
+func (e *events) before(a, b string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range e.log {
+		switch s {
+		case a:
+			return true
+		case b:
+			return false
+		}
+	}
+	return false
+}
+
+// heldView is the host's namespace with the first device listing held
+// until release is closed: the kernel slow to hand a moved HCA back.
+type heldView struct {
+	*hostView
+	ev      *events
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (h *heldView) Devices() ([]rdmanl.Device, error) {
+	first := false
+	h.once.Do(func() { first = true })
+	if first {
+		h.ev.add("check started")
+		close(h.entered)
+		<-h.release
+		h.ev.add("check released")
+	}
+	return h.hostView.Devices()
+}
+
+// guard bounds a wait that only a regression makes long, so the test fails
+// with the events so far instead of hanging.
+const guard = 2 * time.Minute
+
+func wait(t *testing.T, ch <-chan struct{}, what string, ev *events) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(guard):
+		t.Fatalf("%s never happened; events: %s", what, ev)
+	}
+}
+
+// An unprepare whose moved HCA has not come back does not hold up the
+// next prepare: its check runs after the call returns, and a prepare
+// starts, runs and returns while the check is still waiting for the
+// kernel. Before, the check ran inside the call the helper serializes.
+func TestUnprepareCheckDoesNotDelayPrepare(t *testing.T) {
+	t.Parallel()
+	e := exclusiveEnv(t, false)
+	ev := &events{}
+	view := &heldView{hostView: &hostView{node: e.node, held: map[string]bool{}}, ev: ev,
+		entered: make(chan struct{}), release: make(chan struct{})}
+	e.hostRDMA, e.metrics = view, draplugin.NewMetrics()
+	e.start()
+	moved := e.claim("moved", hostNetworkPod("p", false), one("mlx5-3"))
+	e.mustPrepare(moved)
+	view.hold("mlx5_3", true) // in the pod's namespace, still
+
+	unprepared := make(chan struct{})
+	go func() {
+		defer close(unprepared)
+		ctx, cancel := context.WithTimeout(context.Background(), guard)
+		defer cancel()
+		resp, err := e.dra.NodeUnprepareResources(ctx, reqUnprepare(ref(moved)))
+		ev.add(fmt.Sprintf("unprepare returned (err %v)", err))
+		if err == nil && resp.Claims["uid-moved"].Error != "" {
+			t.Errorf("unprepare: %s", resp.Claims["uid-moved"].Error)
+		}
+	}()
+	wait(t, view.entered, "the check that mlx5_3 came back", ev)
+
+	next := e.claim("next", hostNetworkPod("q", true), one("mlx5-4"))
+	ev.add("prepare started")
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	resp, err := e.dra.NodePrepareResources(ctx, reqPrepare(ref(next)))
+	ev.add("prepare returned")
+	if err != nil || resp.Claims["uid-next"].Error != "" {
+		t.Fatalf("prepare while the check waits: %v %v; events: %s", err, resp, ev)
+	}
+	wait(t, unprepared, "the unprepare's return", ev)
+	if !ev.before("prepare returned", "check released") {
+		t.Errorf("the prepare did not complete while the check waited; events: %s", ev)
+	}
+	close(view.release) // the kernel still holds it: a warning
+	e.drv.WaitReturnChecks()
+	if v := metricValue(t, e.metrics, "rdma_dra_netns_not_returned_total", "hca", "mlx5_3"); v != 1 {
+		t.Errorf("netns_not_returned_total{hca=mlx5_3} = %v, want 1 (the check still warns); events: %s", v, ev)
+	}
+	t.Logf("events: %s", ev)
+}
+
+// heldPods holds every pod lookup until release is closed: an informer
+// cache miss that goes to a slow API server.
+type heldPods struct {
+	inner   draplugin.PodGetter
+	ev      *events
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (h *heldPods) GetPod(ctx context.Context, ns, name string, uid types.UID) (*corev1.Pod, error) {
+	h.once.Do(func() {
+		h.ev.add("lookup started")
+		close(h.entered)
+	})
+	<-h.release
+	return h.inner.GetPod(ctx, ns, name, uid)
+}
+
+// A prepare waiting for a pod lookup does not hold the lock rescans take:
+// a rescan starts and ends while the lookup waits.
+func TestPodLookupDoesNotBlockRescan(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ev := &events{}
+	pods := &heldPods{ev: ev, entered: make(chan struct{}), release: make(chan struct{})}
+	e.pods = func(inner draplugin.PodGetter) draplugin.PodGetter { pods.inner = inner; return pods }
+	e.start()
+	c := e.claim("c", hostNetworkPod("p", true), one("mlx5-2"))
+
+	prepared := make(chan struct{})
+	go func() {
+		defer close(prepared)
+		ctx, cancel := context.WithTimeout(context.Background(), guard)
+		defer cancel()
+		resp, err := e.dra.NodePrepareResources(ctx, reqPrepare(ref(c)))
+		ev.add("prepare returned")
+		if err != nil || resp.Claims["uid-c"].Error != "" {
+			t.Errorf("prepare: %v %v", err, resp)
+		}
+	}()
+	wait(t, pods.entered, "the pod lookup", ev)
+	rescanned := make(chan struct{})
+	go func() {
+		defer close(rescanned)
+		if err := e.drv.Rescan(context.Background()); err != nil {
+			t.Error(err)
+		}
+		ev.add("rescan returned")
+	}()
+	wait(t, rescanned, "the rescan's return", ev)
+	close(pods.release)
+	wait(t, prepared, "the prepare's return", ev)
+	if !ev.before("rescan returned", "prepare returned") {
+		t.Errorf("the rescan waited for the prepare's pod lookup; events: %s", ev)
+	}
+}
+
+func reqPrepare(claims ...*drapb.Claim) *drapb.NodePrepareResourcesRequest {
+	return &drapb.NodePrepareResourcesRequest{Claims: claims}
+}
+
+func reqUnprepare(claims ...*drapb.Claim) *drapb.NodeUnprepareResourcesRequest {
+	return &drapb.NodeUnprepareResourcesRequest{Claims: claims}
+}

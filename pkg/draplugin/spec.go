@@ -1,0 +1,195 @@
+package draplugin
+
+// Hot path: what the runtime gets for a resolved claim (CDI spec, result, metadata).
+
+import (
+	"fmt"
+	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+)
+
+// writeMetadataLocked writes the device metadata files of claim c when
+// they are on, and returns what the kubelet gets for it: the prepared
+// devices, the first of each request also naming the request's metadata
+// CDI device.
+func (d *Driver) writeMetadataLocked(c checkpoint.Claim) ([]kubeletplugin.Device, error) {
+	devs := d.resultDevicesLocked(c)
+	if !d.cfg.DeviceMetadata {
+		return devs, nil
+	}
+	ids, err := d.meta.write(c, devs)
+	if err != nil {
+		return nil, err
+	}
+	for i := range devs {
+		for _, r := range devs[i].Requests {
+			if id, ok := ids[baseRequest(r)]; ok {
+				devs[i].CDIDeviceIDs = append(slices.Clone(devs[i].CDIDeviceIDs), id)
+				delete(ids, baseRequest(r))
+			}
+		}
+	}
+	return devs, nil
+}
+
+// writeSpecLocked (re)writes the CDI spec of a resolved claim. group is the
+// set of HCAs the claim's containers see with it, for the aggregate env.
+func (d *Driver) writeSpecLocked(c checkpoint.Claim, group []hca.HCA) error {
+	env := false
+	family := ""
+	var pkey *hca.PKey
+	var devs []cdi.ClaimDevice
+	for _, dev := range c.Devices {
+		opts := cdi.EditOptions{ManagementDevices: dev.ManagementDevices, Env: dev.Env, HostDevRoot: d.cfg.HostDevRoot}
+		var edits cdispec.ContainerEdits
+		var err error
+		if h, ok := d.byDevice[dev.Device]; ok {
+			edits, err = cdi.DeviceEdits(h, opts)
+			// The hostNetwork check before anything is done for the container.
+			edits.Hooks = append(d.hostNetworkHooks(h.Name), edits.Hooks...)
+			// The move first: a container whose HCA cannot join its
+			// namespace is refused before anything else is done for it.
+			var move *cdispec.Hook
+			if err == nil {
+				if move, err = d.netnsHookLocked(c, dev, h); move != nil {
+					edits.Hooks = append(edits.Hooks, move)
+				}
+			}
+			if err == nil && dev.Limits != nil {
+				edits.Hooks = append(edits.Hooks, cdi.LimitHook(d.cfg.HookPath, h.Name, dev.Limits.HCAHandles, dev.Limits.HCAObjects))
+			}
+		} else if dev.IBDev == "" && d.isLegacy(dev.Device) {
+			if usable := d.usableLocked(); len(usable) > 0 {
+				edits, err = cdi.NodeEdits(usable, opts)
+				var names []string
+				for _, h := range usable {
+					names = append(names, h.Name)
+				}
+				edits.Hooks = append(d.hostNetworkHooks(names...), edits.Hooks...)
+				if dev.Limits != nil {
+					for _, name := range names {
+						edits.Hooks = append(edits.Hooks, cdi.LimitHook(d.cfg.HookPath, name, dev.Limits.HCAHandles, dev.Limits.HCAObjects))
+					}
+				}
+			} else {
+				// Every HCA gone: the spec must still load (CDI refuses a
+				// device without edits) and must not name removed nodes.
+				edits = cdispec.ContainerEdits{Env: []string{"RDMA_DEVICES="}}
+			}
+		} else {
+			return fmt.Errorf("device %s (%s) is no longer usable on node %s", dev.Device, dev.IBDev, d.cfg.NodeName)
+		}
+		if err != nil {
+			return err
+		}
+		env = env || dev.Env
+		family = dev.AddressFamily
+		if dev.PKey != nil {
+			pkey = &hca.PKey{Value: dev.PKey.Value, Index: dev.PKey.Index}
+		}
+		devs = append(devs, cdi.ClaimDevice{Name: cdi.DeviceName(c.UID, dev.Device, dev.ShareID), Edits: edits})
+	}
+	if len(devs) == 0 {
+		return d.specs.RemoveClaim(c.UID)
+	}
+	common := cdi.CommonEdits(d.inv.RDMACM, group, cdi.EditOptions{Env: env, HostDevRoot: d.cfg.HostDevRoot,
+		Network: cdi.Network(c.Network), Family: cdi.AddressFamily(family), PKey: pkey})
+	return d.specs.WriteClaim(c.UID, common, devs)
+}
+
+// groupLocked returns the HCAs a container using claim c may see together:
+// its own, plus those of every claim reserved for one of the same pods. All
+// claims of a container then carry identical aggregate variables, so the
+// runtime's "last device wins" for env cannot hide an HCA.
+func (d *Driver) groupLocked(c checkpoint.Claim, candidates []checkpoint.Claim) []hca.HCA {
+	seen := map[string]bool{}
+	var group []hca.HCA
+	add := func(other checkpoint.Claim) {
+		for _, dev := range other.Devices {
+			hcas := []hca.HCA{d.byDevice[dev.Device]}
+			if d.isLegacy(dev.Device) {
+				hcas = d.usableLocked()
+			}
+			for _, h := range hcas {
+				if name := deviceName(h); h.Name != "" && !seen[name] {
+					seen[name] = true
+					group = append(group, h)
+				}
+			}
+		}
+	}
+	add(c)
+	for _, other := range candidates {
+		if other.UID != c.UID && sharesPod(c, other) {
+			add(other)
+		}
+	}
+	return group
+}
+
+func sharesPod(a, b checkpoint.Claim) bool {
+	for _, p := range a.PodUIDs {
+		if slices.Contains(b.PodUIDs, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// resultDevicesLocked is what the kubelet hands to the runtime for a
+// claim, with each device's metadata when that is on.
+func (d *Driver) resultDevicesLocked(c checkpoint.Claim) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, 0, len(c.Devices))
+	for _, dev := range c.Devices {
+		kd := kubeletplugin.Device{
+			Requests:     []string{dev.Request},
+			PoolName:     dev.Pool,
+			DeviceName:   dev.Device,
+			CDIDeviceIDs: dev.CDIDeviceIDs,
+		}
+		if dev.ShareID != "" {
+			id := types.UID(dev.ShareID)
+			kd.ShareID = &id
+		}
+		if d.cfg.DeviceMetadata {
+			kd.Metadata = d.metadataLocked(dev)
+		}
+		out = append(out, kd)
+	}
+	return out
+}
+
+// metadataLocked is the metadata of a prepared device, from the inventory
+// it was prepared with.
+func (d *Driver) metadataLocked(dev checkpoint.Device) *kubeletplugin.DeviceMetadata {
+	opts := devices.Options{DriverName: d.cfg.DriverName}
+	if h, ok := d.byDevice[dev.Device]; ok {
+		attrs := devices.Metadata(h, d.inv.NetnsMode, dev.ShareID, opts)
+		if k := dev.PKey; k != nil {
+			v, i := fmt.Sprintf("0x%04x", k.Value), int64(k.Index)
+			attrs[d.cfg.DriverName+"/pkey"] = resourceapi.DeviceAttribute{StringValue: &v}
+			attrs[d.cfg.DriverName+"/pkeyIndex"] = resourceapi.DeviceAttribute{IntValue: &i}
+		}
+		if l := dev.Limits; l != nil {
+			for name, v := range map[string]int64{"hcaHandleLimit": l.HCAHandles, "hcaObjectLimit": l.HCAObjects} {
+				if v > 0 {
+					attrs[d.cfg.DriverName+"/"+name] = resourceapi.DeviceAttribute{IntValue: &v}
+				}
+			}
+		}
+		return &kubeletplugin.DeviceMetadata{Attributes: attrs}
+	}
+	if d.isLegacy(dev.Device) {
+		return &kubeletplugin.DeviceMetadata{Attributes: devices.LegacyMetadata(d.usableLocked(), opts)}
+	}
+	return nil
+}

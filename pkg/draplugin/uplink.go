@@ -1,0 +1,118 @@
+package draplugin
+
+// moveNetdev never takes the node's own uplink: a netdev that carries the
+// host's default route or holds the Node's InternalIP stays, checked at
+// prepare (here, by the names discovery lists) and again by the hook when
+// it moves (by ifindex). Without the check a class that grants moveNetdev
+// on the wrong HCA cuts the node off when the first pod starts.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+)
+
+// HostLinks tells why the node's own traffic needs one of the host's
+// netdevs: rdmanl.RouteClient on a node (the daemon is on the host network).
+type HostLinks interface {
+	// NetdevUse is "carries the node's default route", "holds the node's
+	// InternalIP <ip>", or ""; a netdev it cannot find is an error.
+	NetdevUse(name string, nodeIPs []netip.Addr) (string, error)
+}
+
+// NodeIPs reads the Node's InternalIPs.
+type NodeIPs interface {
+	InternalIPs(ctx context.Context) ([]netip.Addr, error)
+}
+
+// NodeGetter reads the InternalIPs from the Node object: a GET each time,
+// made only for claims whose netdevs move (rare), so an address changed
+// since the daemon started is seen.
+type NodeGetter struct {
+	Nodes corev1client.NodeInterface
+	Name  string
+}
+
+// InternalIPs lists the Node's status.addresses of type InternalIP.
+func (g NodeGetter) InternalIPs(ctx context.Context) ([]netip.Addr, error) {
+	node, err := g.Nodes.Get(ctx, g.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading Node %s for its InternalIP: %w", g.Name, err)
+	}
+	var out []netip.Addr
+	for _, a := range node.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil {
+			return nil, fmt.Errorf("Node %s: status.addresses InternalIP %q: %w", g.Name, a.Address, err)
+		}
+		out = append(out, ip.Unmap())
+	}
+	return out, nil
+}
+
+// netdevUse checks the netdevs of h before a claim may move them, and
+// remembers the InternalIPs for the hook's own check.
+func (d *Driver) netdevUse(ctx context.Context, h hca.HCA) error {
+	if d.hostLinks == nil || d.nodeIPSource == nil {
+		return fmt.Errorf("HCA %s: moveNetdev needs the driver to check that none of its netdevs (%v) carries the node's default route "+
+			"or holds its InternalIP, and this driver cannot read the host's routes or the Node", h.Name, h.Netdevs)
+	}
+	ips, err := d.nodeIPSource.InternalIPs(ctx)
+	if err != nil {
+		return fmt.Errorf("HCA %s: cannot check its netdevs before moving them (moveNetdev): %w", h.Name, err)
+	}
+	d.mu.Lock()
+	d.nodeIPs = ips
+	d.mu.Unlock()
+	for _, nd := range h.Netdevs {
+		why, err := d.hostLinks.NetdevUse(nd, ips)
+		if err != nil {
+			return fmt.Errorf("HCA %s: cannot check its netdev %s before moving it (moveNetdev): %w", h.Name, nd, err)
+		}
+		if why != "" {
+			return fmt.Errorf("refusing to move netdev %s of HCA %s into the pod (moveNetdev): it %s; "+
+				"grant moveNetdev only in a DeviceClass whose HCAs do not carry the node's own traffic", nd, h.Name, why)
+		}
+	}
+	return nil
+}
+
+// readNodeIPs reads the InternalIPs once at start, for specs rewritten
+// before any prepare checks them again.
+func (d *Driver) readNodeIPs(ctx context.Context) error {
+	if d.nodeIPSource == nil {
+		return nil
+	}
+	ips, err := d.nodeIPSource.InternalIPs(ctx)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.nodeIPs = ips
+	d.mu.Unlock()
+	return nil
+}
+
+// nodeIPArgsLocked are the InternalIPs for the hook's --node-ip, as last
+// read (at start, and at each prepare that moves netdevs).
+func (d *Driver) nodeIPArgsLocked() []string {
+	out := make([]string, 0, len(d.nodeIPs))
+	for _, ip := range d.nodeIPs {
+		out = append(out, ip.String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+var errNoUplinkFacts = errors.New("the HCA changed while the prepare checked its netdevs; the kubelet retries the prepare")

@@ -1,5 +1,0 @@
-package driver
-
-// WaitReturnChecks waits for the background checks that moved HCAs came
-// back, so tests see their warnings and counters.
-func (d *Driver) WaitReturnChecks() { d.returnChecks.Wait() }
