@@ -71,7 +71,10 @@ func newDaemon(ctx context.Context, o *options, client kubernetes.Interface, dir
 		Inventory: hca.NewDiscoverer(hca.WithSysfsRoot(o.sysfsRoot), hca.WithDevRoot(o.devRoot),
 			hca.WithNetlink(hca.HostNetlink(o.sysfsRoot)), hca.WithFullRescanInterval(o.fullRescanInterval)),
 		SpecDir:    cdi.NewSpecDir(o.cdiRoot),
-		Checkpoint: checkpoint.NewStore(filepath.Join(dirs.state, "checkpoint.json")),
+		// Every claim is recorded with the boot ID, and a reboot discards
+		// the claims of the previous boot: the checkpoint need only survive
+		// kills, which it does without fsync (checkpoint.WithoutFsync).
+		Checkpoint: checkpoint.NewStore(filepath.Join(dirs.state, "checkpoint.json"), checkpoint.WithoutFsync()),
 		BootID:     bootID,
 		Metrics:    dmn.metrics,
 	}

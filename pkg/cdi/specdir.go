@@ -92,11 +92,13 @@ type ClaimDevice struct {
 // devices, duplicate names, relative device paths, character or block nodes
 // without a major number (the runtime would stat the host node).
 //
-// The write is atomic and durable (atomicfile.Write: a temporary file in
-// the same directory, fsync, rename, fsync of the directory). The library's
-// Cache.WriteSpec is not used because it does neither fsync and creates
-// files 0600; files here are 0644. A failed write leaves no temporary file
-// and the old file, if any, in place.
+// The write is atomic (atomicfile.Write: a temporary file in the same
+// directory, renamed over the spec) but not fsynced: a spec is derived
+// state, which the driver rewrites from its checkpoint at every start, and
+// the CDI dir is usually a tmpfs that a reboot empties anyway. The
+// library's Cache.WriteSpec is not used because it creates files 0600;
+// files here are 0644. A failed write leaves no temporary file and the old
+// file, if any, in place.
 func (d *SpecDir) WriteClaim(claimUID string, common cdispec.ContainerEdits, devices []ClaimDevice) error {
 	if err := checkClaimUID(claimUID); err != nil {
 		return err
@@ -116,7 +118,8 @@ func (d *SpecDir) WriteClaim(claimUID string, common cdispec.ContainerEdits, dev
 	err = atomicfile.Write(path, data,
 		atomicfile.WithMode(fileMode),
 		atomicfile.WithTempPattern(tempPattern(path)),
-		atomicfile.WithValidate(loadsInCDI))
+		atomicfile.WithValidate(loadsInCDI),
+		atomicfile.WithoutSync())
 	if err != nil {
 		return fmt.Errorf("CDI spec for claim %s: %w", claimUID, err)
 	}
@@ -126,9 +129,6 @@ func (d *SpecDir) WriteClaim(claimUID string, common cdispec.ContainerEdits, dev
 		return nil
 	case err != nil:
 		return fmt.Errorf("CDI spec for claim %s: removing the old %s: %w", claimUID, legacy, err)
-	}
-	if err := atomicfile.SyncDir(d.dir); err != nil {
-		return fmt.Errorf("CDI spec for claim %s: %w", claimUID, err)
 	}
 	return nil
 }
@@ -161,21 +161,14 @@ func (d *SpecDir) RemoveClaim(claimUID string) error {
 			names = append(names, n)
 		}
 	}
-	removed := false
+	// No fsync of the directory, as for writes: a spec that comes back
+	// after a crash (a CDI dir on disk) belongs to no prepared claim, and
+	// the driver's sweep removes it.
 	for _, n := range names {
 		err := os.Remove(filepath.Join(d.dir, n))
-		switch {
-		case err == nil:
-			removed = true
-		case !errors.Is(err, fs.ErrNotExist):
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("removing CDI spec of claim %s: %w", claimUID, err)
 		}
-	}
-	if !removed {
-		return nil
-	}
-	if err := atomicfile.SyncDir(d.dir); err != nil {
-		return fmt.Errorf("removing CDI spec of claim %s: %w", claimUID, err)
 	}
 	return nil
 }

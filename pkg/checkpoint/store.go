@@ -61,11 +61,16 @@ func statID(path string) (fileID, error) {
 // Option changes how a Store works.
 type Option func(*Store)
 
-// WithoutFsync makes the Store skip fsync of the file and its directory.
+// WithoutFsync makes the Store skip fsync of the file and its directory:
+// a write then survives a kill of the process (the page cache holds it, and
+// the rename is atomic), not a crash or power loss of the node, which may
+// leave the file old or empty (Load then reports it corrupt).
 //
-// UNSAFE: after a crash or power loss the file may then be empty or old,
-// and prepared claims forgotten. It exists only for benchmarks measuring
-// the cost of a write without durability.
+// It is safe when every claim the Store records carries the node's boot ID
+// (Claim.BootID): a crash or power loss is a reboot, and the driver discards
+// the claims of an earlier boot at start, so nothing such a loss can take
+// would have been used. The daemon always knows its boot ID and uses it;
+// without a boot ID, keep the default.
 func WithoutFsync() Option {
 	return func(s *Store) { s.fsync = false }
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/rdma-dra/rdma-dra-driver/internal/atomicfile"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
 )
 
 // floorDriver is the least a DRA driver can do for a prepare: the helper
@@ -96,11 +97,14 @@ func benchDirs(b *testing.B, e *env) {
 // a prepare (and its unprepare) through the same helper and API server
 // (the client-go fake) of:
 //   - floor: floorDriver;
-//   - metadata: this driver with device metadata on (the default), its
-//     files written by the driver without fsync;
-//   - no-metadata: this driver with --device-metadata=false;
+//   - metadata: this driver as the daemon runs it: device metadata on (the
+//     default), its files written by the driver, and the checkpoint not
+//     fsynced (checkpoint.WithoutFsync: a reboot discards it anyway);
+//   - no-metadata: the same with --device-metadata=false;
+//   - metadata-fsync: metadata on, the checkpoint fsynced as before;
 //   - helper-metadata: the helper's own metadata writer (what the driver
-//     used before: two files and their directories fsync'd per request).
+//     used before: two files and their directories fsync'd per request),
+//     the checkpoint fsynced.
 //
 // It reports each one's p50 and p50 over the floor's ("x-floor").
 func BenchmarkPrepareVsFloor(b *testing.B) {
@@ -162,11 +166,14 @@ func BenchmarkPrepareVsFloor(b *testing.B) {
 	variants = append(variants, &variant{name: "floor", call: cycle(floorClient, base.claim("floor", nil, one("mlx5-0")))})
 
 	for i, v := range []struct {
-		name           string
-		metadata, help bool
-	}{{"metadata", true, false}, {"no-metadata", false, false}, {"helper-metadata", false, true}} {
+		name                  string
+		metadata, help, fsync bool
+	}{{"metadata", true, false, false}, {"no-metadata", false, false, false}, {"metadata-fsync", true, false, true}, {"helper-metadata", false, true, true}} {
 		e := newEnv(b)
 		e.client, e.allowNonHN, e.metadata = base.client, true, v.metadata
+		if !v.fsync {
+			e.storeOpts = []checkpoint.Option{checkpoint.WithoutFsync()}
+		}
 		benchDirs(b, e)
 		if v.help {
 			e.helperOpts = []kubeletplugin.Option{kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
