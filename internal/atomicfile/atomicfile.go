@@ -44,9 +44,10 @@ func WithValidate(fn func(tmpPath string) error) Option {
 
 // WithoutSync skips the fsync of the file and of the directory.
 //
-// UNSAFE: after a crash or power loss the file may be empty or hold the old
-// content; concurrent readers still never see a partial file. It exists for
-// benchmarks that measure a write without durability.
+// The write then survives a kill of the process (the page cache holds it),
+// not a crash or power loss, after which the file may be empty or hold the
+// old content; concurrent readers still never see a partial file. For
+// files that are derived state, or that matter only until the node reboots.
 func WithoutSync() Option {
 	return func(o *options) { o.noSync = true }
 }
@@ -64,7 +65,7 @@ func WithTempPattern(pattern string) Option {
 // Write replaces the file at path with data.
 //
 // After Write returns nil the file holds data, and still does after a crash
-// (unless WithoutSync). On any error the old file, if any, is untouched and
+// (unless WithoutSync: then after a kill only). On any error the old file, if any, is untouched and
 // no temporary file is left, except when only the final directory fsync
 // failed: the new content is then in place but may not survive a power
 // loss. Errors name path. The directory must exist.
