@@ -124,6 +124,10 @@ func TestRealNodeRestartChaos(t *testing.T) {
 	for _, f := range stream.failures {
 		t.Errorf("stream pod: %s", f)
 	}
+	// Starts the kills cut short are forgiven, not a stream that never ran.
+	if stream.succeeded == 0 {
+		t.Errorf("no stream pod ran and saw its devices: %s", stream.figures())
+	}
 	for _, d := range doubles {
 		t.Errorf("double: %s", d)
 	}

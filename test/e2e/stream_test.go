@@ -132,6 +132,9 @@ func (s *podStream) one() {
 		if err == nil && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed) {
 			break
 		}
+		// A start that failed leaves the pod Pending (restartPolicy Never)
+		// or, when containerd was killed while the container started and
+		// ran, Failed with reason StartError.
 		if err == nil {
 			if why, failed := startFailed(p); failed {
 				if !lostStart(why) {
@@ -153,6 +156,16 @@ func (s *podStream) one() {
 			return
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+	if why, failed := startFailed(p); failed && p.Status.Phase == corev1.PodFailed {
+		if !lostStart(why) {
+			s.fail("%s (%s): start failed: %s", name, phase, why)
+			return
+		}
+		s.mu.Lock()
+		s.lostStarts++
+		s.mu.Unlock()
+		return
 	}
 	lost := p.Status.Phase == corev1.PodFailed && lostExit(p)
 	if p.Status.Phase == corev1.PodFailed && !lost {
@@ -217,14 +230,19 @@ func startFailed(p *corev1.Pod) (string, bool) {
 	return "", false
 }
 
-// lostStart tells a start that a containerd kill cancelled from one that
-// failed on its own (our OCI hook's refusal, a CDI error): only the first
-// is the chaos's doing.
+// lostStart tells a start that a containerd kill cut short from one that
+// failed on the driver's account: a message naming our hook (its refusal),
+// CDI or our CDI kind (an injection error) is ours and fails the test. Any
+// other failed start under the chaos is the runtime's: containerd killed
+// while it created or started the task ("context canceled", "ttrpc:
+// closed", a lost shim connection), whatever words that takes.
 func lostStart(msg string) bool {
-	if strings.Contains(msg, "OCI runtime") || strings.Contains(msg, "CDI") {
-		return false
+	for _, ours := range []string{"rdma-dra-hook", "CDI", "cdi", "rdma.dra.dev"} {
+		if strings.Contains(msg, ours) {
+			return false
+		}
 	}
-	return strings.Contains(msg, "context canceled") || strings.Contains(msg, "ttrpc: closed")
+	return true
 }
 
 // figures says how many pods were created and ran, by phase.
