@@ -151,9 +151,9 @@ func TestRealNodeRestartChaos(t *testing.T) {
 	for _, v := range []string{"kubelet", "containerd", "driver"} {
 		byVictim = append(byVictim, fmt.Sprintf("%s %d", v, kills[v]))
 	}
-	t.Logf("restart chaos figures: seed %d, %d rounds (%s) in %s; pods started %d (2 holders, %d stream), ran %d; claims prepared %d; leaks %d, double %d",
+	t.Logf("restart chaos figures: seed %d, %d rounds (%s) in %s; pods started %d (2 holders, %d stream), ran %d (exit status lost to containerd %d), starts lost to containerd %d; claims prepared %d; leaks %d, double %d",
 		seed, rounds, strings.Join(byVictim, ", "), time.Since(begin).Round(time.Second), 2+stream.created, stream.created, 2+stream.succeeded,
-		2+stream.succeeded, len(w.checkpoint(t).Claims)+len(w.specFiles()), len(doubles))
+		stream.lostExits, stream.lostStarts, 2+stream.succeeded, len(w.checkpoint(t).Claims)+len(w.specFiles()), len(doubles))
 }
 
 // driverPid is the host pid of the driver's running container, waiting
