@@ -11,6 +11,7 @@
 package scale
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -38,12 +39,18 @@ import (
 )
 
 const (
-	// gpuDriver is the NVIDIA GPU DRA driver's name; its devices here carry
-	// that driver's attributes (nvidiaGPU) and its class is that driver's.
-	gpuDriver      = "gpu.nvidia.com"
 	baselineDriver = "baseline.example.com"
 	namespace      = "default"
 )
+
+// gpuDriver is the NVIDIA GPU DRA driver's name; its devices here carry
+// that driver's attributes (nvidiaGPU) and its class is that driver's.
+// The allocator tries a node's pools sorted by driver name, so a claim for
+// rdma.dra.dev devices first checks (and rejects) every gpu.nvidia.com
+// device on the node, and a GPU claim never checks ours.
+// SCALE_GPU_DRIVER renames it (e.g. to one sorting after rdma.dra.dev) to
+// measure the devices' own cost without that order.
+var gpuDriver = cmp.Or(os.Getenv("SCALE_GPU_DRIVER"), "gpu.nvidia.com")
 
 // sweep are the attribute counts of the synthetic drivers' devices.
 var sweep = []int{1, 8, 16, 24, 32}
