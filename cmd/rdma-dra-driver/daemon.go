@@ -70,7 +70,7 @@ func newDaemon(ctx context.Context, o *options, client kubernetes.Interface, dir
 		// the host's /sys, never for a simulated tree.
 		Inventory: hca.NewDiscoverer(hca.WithSysfsRoot(o.sysfsRoot), hca.WithDevRoot(o.devRoot),
 			hca.WithNetlink(hca.HostNetlink(o.sysfsRoot)), hca.WithFullRescanInterval(o.fullRescanInterval)),
-		SpecDir:    cdi.NewSpecDir(o.cdiRoot),
+		SpecDir: cdi.NewSpecDir(o.cdiRoot),
 		// Every claim is recorded with the boot ID, and a reboot discards
 		// the claims of the previous boot: the checkpoint need only survive
 		// kills, which it does without fsync (checkpoint.WithoutFsync).
