@@ -85,7 +85,48 @@ type Result struct {
 // Run boots the VM and waits for the guest program's exit marker. A
 // setup failure in the guest, QEMU exiting early and a timeout are errors
 // that carry the last console lines.
+//
+// A QEMU that crashes (a fatal signal of its own, not our kill) before the
+// guest wrote anything on ttyS1 is booted once more, saying so on the
+// console: that is the emulator failing under TCG (a segfault in one boot
+// of many here), not the guest or the code under test. A second crash, or
+// one after the guest started, is an error.
 func (b *Boot) Run(ctx context.Context) (*Result, error) {
+	res, err := b.run(ctx)
+	var crash *qemuCrash
+	if errors.As(err, &crash) && ctx.Err() == nil && res != nil && res.ExitCode < 0 && len(res.Output) == 0 {
+		if b.Console != nil {
+			b.Console(fmt.Sprintf("[host] %v before the guest started; booting it again", crash))
+		}
+		return b.run(ctx)
+	}
+	return res, err
+}
+
+// qemuCrash is QEMU killed by a fatal signal of its own.
+type qemuCrash struct{ sig syscall.Signal }
+
+func (c *qemuCrash) Error() string { return "QEMU crashed (" + c.sig.String() + ")" }
+
+// crashOf tells a QEMU crash from its exit status: SIGKILL is ours (the
+// timeout, the test's end) and not a crash.
+func crashOf(waitErr error) *qemuCrash {
+	var ee *exec.ExitError
+	if !errors.As(waitErr, &ee) {
+		return nil
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() {
+		return nil
+	}
+	switch sig := ws.Signal(); sig {
+	case syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGILL, syscall.SIGABRT, syscall.SIGFPE:
+		return &qemuCrash{sig: sig}
+	}
+	return nil
+}
+
+func (b *Boot) run(ctx context.Context) (*Result, error) {
 	sock := filepath.Join(b.Dir, "ttyS1.sock")
 	_ = os.Remove(sock)
 	accel := b.Accel
@@ -175,11 +216,12 @@ func (b *Boot) Run(ctx context.Context) (*Result, error) {
 			}
 		}
 	})
+	var waitErr error
 	select {
-	case <-exited:
+	case waitErr = <-exited:
 	case <-time.After(30 * time.Second):
 		cancel()
-		<-exited
+		waitErr = <-exited
 	}
 	wg.Wait()
 	res.Elapsed = time.Since(start)
@@ -190,6 +232,9 @@ func (b *Boot) Run(ctx context.Context) (*Result, error) {
 		return res, nil
 	case ctx.Err() != nil:
 		return res, b.failure(res, fmt.Errorf("timed out after %v without the guest's exit marker", b.Timeout))
+	}
+	if crash := crashOf(waitErr); crash != nil {
+		return res, b.failure(res, fmt.Errorf("QEMU ended without the guest's exit marker: %w: %s", crash, strings.TrimSpace(stderr.String())))
 	}
 	return res, b.failure(res, fmt.Errorf("QEMU ended without the guest's exit marker: %s", strings.TrimSpace(stderr.String())))
 }
