@@ -56,9 +56,19 @@ func (p *pass) port(w warner, dir dir, n int) Port {
 			w.add(dir.join("link_layer"), fmt.Errorf("unknown link layer %q: want InfiniBand or Ethernet", s))
 		}
 	}
-	if s, ok := p.readAttr(w, dir, "rate"); ok {
+	p.readRateAndLIDs(w, dir, &port)
+	port.GIDs = p.gids(w, dir, port.LinkLayer == LinkLayerEthernet)
+	port.RoCEv2GIDIndex = roceV2Index(port.GIDs)
+	return port
+}
+
+// readRateAndLIDs reads a port's rate and, on InfiniBand, its lid and sm_lid
+// into port. port.LinkLayer must already be set. A file that cannot be read
+// or parsed is reported to w under its path and leaves its fields unchanged.
+func (p *pass) readRateAndLIDs(w warner, d dir, port *Port) {
+	if s, ok := p.readAttr(w, d, "rate"); ok {
 		if r, err := parseRate(s); err != nil {
-			w.add(dir.join("rate"), err)
+			w.add(d.join("rate"), err)
 		} else {
 			port.RateGbps, port.Width, port.Speed = r.gbps, r.width, r.speed
 		}
@@ -68,18 +78,15 @@ func (p *pass) port(w warner, dir dir, n int) Port {
 			file string
 			dst  *int
 		}{{"lid", &port.LID}, {"sm_lid", &port.SMLID}} {
-			if s, ok := p.readAttr(w, dir, f.file); ok {
+			if s, ok := p.readAttr(w, d, f.file); ok {
 				if v, err := parseHexInt(s, 16); err != nil {
-					w.add(dir.join(f.file), err)
+					w.add(d.join(f.file), err)
 				} else {
 					*f.dst = int(v)
 				}
 			}
 		}
 	}
-	port.GIDs = p.gids(w, dir, port.LinkLayer == LinkLayerEthernet)
-	port.RoCEv2GIDIndex = roceV2Index(port.GIDs)
-	return port
 }
 
 // gids reads the occupied slots of a port's GID table. Empty slots are

@@ -190,27 +190,7 @@ func (p *pass) refreshPort(d dir, port *Port) bool {
 	}
 	port.State = word("state")
 	port.PhysState = word("phys_state")
-	if s, ok := p.readAttr(w, d, "rate"); ok {
-		if r, err := parseRate(s); err != nil {
-			w.add(d.join("rate"), err)
-		} else {
-			port.RateGbps, port.Width, port.Speed = r.gbps, r.width, r.speed
-		}
-	}
-	if port.LinkLayer == LinkLayerInfiniBand {
-		for _, f := range []struct {
-			file string
-			dst  *int
-		}{{"lid", &port.LID}, {"sm_lid", &port.SMLID}} {
-			if s, ok := p.readAttr(w, d, f.file); ok {
-				if v, err := parseHexInt(s, 16); err != nil {
-					w.add(d.join(f.file), err)
-				} else {
-					*f.dst = int(v)
-				}
-			}
-		}
-	}
+	p.readRateAndLIDs(w, d, port)
 	if len(warns) > 0 {
 		return false
 	}
