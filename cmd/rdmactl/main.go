@@ -217,7 +217,7 @@ func printFields(w io.Writer, inv hca.Inventory, opts devices.Options) error {
 			if devices.InSlice(k, opts) {
 				where = "slice"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\n", k, attrValue(fields[k]), where)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", k, devices.AttributeString(fields[k]), where)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -233,20 +233,6 @@ func sortedNames(m map[string]hca.HCA) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func attrValue(a resourceapi.DeviceAttribute) string {
-	switch {
-	case a.StringValue != nil:
-		return *a.StringValue
-	case a.IntValue != nil:
-		return fmt.Sprint(*a.IntValue)
-	case a.BoolValue != nil:
-		return fmt.Sprint(*a.BoolValue)
-	case a.VersionValue != nil:
-		return *a.VersionValue
-	}
-	return "-"
 }
 
 // netnsLine says the RDMA netns mode and where it was read.

@@ -95,6 +95,23 @@ func InSlice(name string, opts Options) bool {
 	return newMapper(opts.driverName(), "").slice[resourceapi.QualifiedName(name)]
 }
 
+// AttributeString formats an attribute's value for people: a string or
+// version as itself, an int or bool in Go's usual form, and "-" when no
+// value is set.
+func AttributeString(a resourceapi.DeviceAttribute) string {
+	switch {
+	case a.StringValue != nil:
+		return *a.StringValue
+	case a.IntValue != nil:
+		return strconv.FormatInt(*a.IntValue, 10)
+	case a.BoolValue != nil:
+		return strconv.FormatBool(*a.BoolValue)
+	case a.VersionValue != nil:
+		return *a.VersionValue
+	}
+	return "-"
+}
+
 // mapper turns HCAs into attribute maps for one driver name.
 type mapper struct {
 	names  [numAttrs]resourceapi.QualifiedName

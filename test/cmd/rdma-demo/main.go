@@ -33,6 +33,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
 )
@@ -212,21 +213,13 @@ func waitFor(ctx context.Context, what string, cond func() (bool, error)) error 
 	return fmt.Errorf("timed out waiting for %s (last error: %v)", what, last)
 }
 
+// attr formats a device's attribute by name; a missing one is "-".
 func attr(d resourceapi.Device, name string) string {
 	a, ok := d.Attributes[resourceapi.QualifiedName(name)]
-	switch {
-	case !ok:
+	if !ok {
 		return "-"
-	case a.StringValue != nil:
-		return *a.StringValue
-	case a.IntValue != nil:
-		return fmt.Sprint(*a.IntValue)
-	case a.BoolValue != nil:
-		return fmt.Sprint(*a.BoolValue)
-	case a.VersionValue != nil:
-		return *a.VersionValue
 	}
-	return "-"
+	return devices.AttributeString(a)
 }
 
 func printSlices(ctx context.Context, cp *cluster.ControlPlane) {
