@@ -11,7 +11,6 @@
 package scale
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -45,12 +44,19 @@ const (
 
 // gpuDriver is the NVIDIA GPU DRA driver's name; its devices here carry
 // that driver's attributes (nvidiaGPU) and its class is that driver's.
-// The allocator tries a node's pools sorted by driver name, so a claim for
-// rdma.dra.dev devices first checks (and rejects) every gpu.nvidia.com
-// device on the node, and a GPU claim never checks ours.
-// SCALE_GPU_DRIVER renames it (e.g. to one sorting after rdma.dra.dev) to
-// measure the devices' own cost without that order.
-var gpuDriver = cmp.Or(os.Getenv("SCALE_GPU_DRIVER"), "gpu.nvidia.com")
+// The allocator tries a node's pools sorted by driver name and evaluates
+// every device it passes, so a claim for rdma.dra.dev devices first
+// checks (and rejects) every gpu.nvidia.com device on the node, while a GPU
+// claim never checks ours. swappedGPUDriver is the same GPU under a name
+// that sorts after ours: the anchors run under both names in one run, so
+// the report tells the devices' own cost from the names' order.
+const (
+	gpuDriver        = "gpu.nvidia.com"
+	swappedGPUDriver = "vgpu.nvidia.example"
+)
+
+// swappedSuffix names the anchor shapes run with swappedGPUDriver.
+const swappedSuffix = "-swapped"
 
 // sweep are the attribute counts of the synthetic drivers' devices.
 var sweep = []int{1, 8, 16, 24, 32}
@@ -84,13 +90,24 @@ func claimOf(constraints []resourceapi.DeviceConstraint, requests ...resourceapi
 }
 
 // anchors are the shapes of the anchor ratios, each ours beside the GPU
-// one it is measured against; they run twice, in order and then reversed,
-// so that a drift of the machine's speed during the run cancels out.
-var anchors = []shape{
-	{name: "gpu", claim: claimOf(nil, request("a", gpuDriver, 1))},
-	{name: "one-hca", claim: claimOf(nil, request("a", "hca.rdma.dra.dev", 1))},
-	{name: "gpu-pair", claim: claimOf(gpuPCIeRoot, request("a", gpuDriver, 1), request("b", gpuDriver, 1))},
-	{name: "gpu-hca-pair", claim: claimOf(gpuPCIeRoot, request("a", gpuDriver, 1), request("b", "ib.rdma.dra.dev", 1))},
+// one it is measured against, with the GPU published as gpu.
+func anchors(gpu string) []shape {
+	suffix := ""
+	if gpu != gpuDriver {
+		suffix = swappedSuffix
+	}
+	return []shape{
+		{name: "gpu" + suffix, claim: claimOf(nil, request("a", gpu, 1))},
+		{name: "one-hca" + suffix, claim: claimOf(nil, request("a", "hca.rdma.dra.dev", 1))},
+		{name: "gpu-pair" + suffix, claim: claimOf(gpuPCIeRoot, request("a", gpu, 1), request("b", gpu, 1))},
+		{name: "gpu-hca-pair" + suffix, claim: claimOf(gpuPCIeRoot, request("a", gpu, 1), request("b", "ib.rdma.dra.dev", 1))},
+	}
+}
+
+func reversed(ss []shape) []shape {
+	out := slices.Clone(ss)
+	slices.Reverse(out)
+	return out
 }
 
 var shapes = []shape{
@@ -112,17 +129,6 @@ var shapes = []shape{
 // baseline's.
 func sweepShape(n int) shape {
 	return shape{name: fmt.Sprintf("attrs-%d", n), claim: claimOf(nil, request("dev", fmt.Sprintf("attrs-%d", n), 1))}
-}
-
-// runOrder is the baseline, the anchors in order and reversed, then the
-// other shapes.
-func runOrder() []shape {
-	out := []shape{shapes[0]}
-	out = append(out, anchors...)
-	for i := len(anchors) - 1; i >= 0; i-- {
-		out = append(out, anchors[i])
-	}
-	return append(out, shapes[1:]...)
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -148,7 +154,8 @@ func envInts(tb testing.TB, name string, def []int) []int {
 // SCALE_PODS pods (default: one per node, at most 200) of each shape, created at once;
 // reported per shape: pods/s, p50/p99 create-to-bind latency, and the ratio
 // of each to the baseline shape's; then the per-attribute line of the sweep
-// and the anchor ratios (our shapes' cost per pod over the GPU ones').
+// and the anchor ratios (our shapes' cost per pod over the GPU ones'), with
+// the GPU driver's name swapped, both orders pooled, and last the real names.
 // Run with -benchtime=1x: one iteration is one whole run, and the figures
 // are the run's.
 func BenchmarkScheduling(b *testing.B) {
@@ -198,10 +205,12 @@ func runScale(b *testing.B, nodes, pods int) {
 		b.Fatal(err)
 	}
 	classes := map[string]string{
-		// The NVIDIA GPU DRA driver's own class (its chart's deviceclass-gpu.yaml).
-		gpuDriver:          fmt.Sprintf("device.driver == '%s' && device.attributes['%s'].type == 'gpu'", gpuDriver, gpuDriver),
 		"baseline":         fmt.Sprintf("device.driver == %q", baselineDriver),
 		"rdma-driver-only": `device.driver == "rdma.dra.dev"`,
+	}
+	for _, gpu := range []string{gpuDriver, swappedGPUDriver} {
+		// The NVIDIA GPU DRA driver's own class (its chart's deviceclass-gpu.yaml).
+		classes[gpu] = fmt.Sprintf("device.driver == '%s' && device.attributes['%s'].type == 'gpu'", gpu, gpu)
 	}
 	for _, n := range sweep {
 		classes[fmt.Sprintf("attrs-%d", n)] = fmt.Sprintf("device.driver == %q", sweepDriver(n))
@@ -225,19 +234,35 @@ func runScale(b *testing.B, nodes, pods int) {
 	var results []result
 	only := os.Getenv("SCALE_SHAPES") // e.g. "baseline,one-hca" for a profile; the first is the baseline
 	wanted := func(name string) bool { return only == "" || slices.Contains(strings.Split(only, ","), name) }
-	for _, s := range runOrder() {
-		if !wanted(s.name) {
-			continue
+	run := func(ss []shape) {
+		for _, s := range ss {
+			if !wanted(s.name) {
+				continue
+			}
+			r := runShape(ctx, b, c, s, pods)
+			r.heapAfterMB = heapMB()
+			results = append(results, r)
+			cleanup(ctx, b, c)
 		}
-		r := runShape(ctx, b, c, s, pods)
-		r.heapAfterMB = heapMB()
-		results = append(results, r)
-		cleanup(ctx, b, c)
 	}
+	// The anchors run in order, then with the GPU renamed in order and
+	// reversed, then renamed back and reversed: a drift of the machine's
+	// speed during the run cancels out of both orders' ratios.
+	run(shapes[:1])
+	run(anchors(gpuDriver))
+	if slices.ContainsFunc(anchors(swappedGPUDriver), func(s shape) bool { return wanted(s.name) }) {
+		renameGPU(ctx, b, c, nodes, gpuDriver, swappedGPUDriver)
+		run(anchors(swappedGPUDriver))
+		run(reversed(anchors(swappedGPUDriver)))
+		renameGPU(ctx, b, c, nodes, swappedGPUDriver, gpuDriver)
+	}
+	run(reversed(anchors(gpuDriver)))
+	run(shapes[1:])
 	// The sweep: one synthetic driver at a time beside the others. The
-	// allocator tries every pool of a node, in map order, until one has a
+	// allocator tries a node's pools in driver-name order until one has a
 	// match, so a pool published for the whole run would add its cost to
-	// every other shape, and the sweep's drivers to each other's.
+	// every shape of a driver sorting after it, and the sweep's drivers to
+	// each other's.
 	for _, n := range sweep {
 		s := sweepShape(n)
 		if !wanted(s.name) {
@@ -357,7 +382,7 @@ func publishNode(ctx context.Context, c kubernetes.Interface, name string, inv h
 	}
 	var all []resourceapi.ResourceSlice
 	all = append(all, devices.ResourceSlices(name, inv, devices.Options{LegacyShares: 1000})...)
-	all = append(all, otherSlice(name, gpuDriver, 8, nvidiaGPU))
+	all = append(all, gpuSlice(name, gpuDriver))
 	all = append(all, otherSlice(name, baselineDriver, 10, func(i int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 		return map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{baselineDriver + "/index": {IntValue: ptr(int64(i))}}
 	}))
@@ -379,10 +404,10 @@ func publishNode(ctx context.Context, c kubernetes.Interface, name string, inv h
 // attributes in its domain, the standard pciBusID and pcieRoot,
 // addressingMode where the platform supports one, and a memory capacity.
 // Two GPUs sit behind each PCIe root of the IB HCAs.
-func nvidiaGPU(i int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+func nvidiaGPU(driver string, i int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	str := func(v string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: ptr(v)} }
 	ver := func(v string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{VersionValue: ptr(v)} }
-	d := func(id string) resourceapi.QualifiedName { return resourceapi.QualifiedName(gpuDriver + "/" + id) }
+	d := func(id string) resourceapi.QualifiedName { return resourceapi.QualifiedName(driver + "/" + id) }
 	return map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		d("type"):                         str("gpu"),
 		d("uuid"):                         str(fmt.Sprintf("GPU-4d3e5a2c-9f1b-4c7e-8a6d-%012x", i)),
@@ -423,15 +448,49 @@ func otherSlice(node, driver string, n int, attrs func(int) map[resourceapi.Qual
 	s := resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: &node,
 		Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}}}
 	for i := range n {
-		dev := resourceapi.Device{Name: fmt.Sprintf("dev-%d", i), Attributes: attrs(i)}
-		if driver == gpuDriver {
-			dev.Name = fmt.Sprintf("gpu-%d", i)
-			dev.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-				"memory": {Value: resource.MustParse("81559Mi")}}
-		}
-		s.Spec.Devices = append(s.Spec.Devices, dev)
+		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{Name: fmt.Sprintf("dev-%d", i), Attributes: attrs(i)})
 	}
 	return s
+}
+
+// gpuSlice is a node's eight H100s, published by the GPU driver named
+// driver, each with its 80 GB memory capacity.
+func gpuSlice(node, driver string) resourceapi.ResourceSlice {
+	s := otherSlice(node, driver, 8, func(i int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute { return nvidiaGPU(driver, i) })
+	for i := range s.Spec.Devices {
+		s.Spec.Devices[i].Name = fmt.Sprintf("gpu-%d", i)
+		s.Spec.Devices[i].Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			"memory": {Value: resource.MustParse("81559Mi")}}
+	}
+	return s
+}
+
+// renameGPU republishes every node's GPUs under the driver name to instead
+// of from, and waits until the API server lists them all.
+func renameGPU(ctx context.Context, tb testing.TB, c kubernetes.Interface, nodes int, from, to string) {
+	start := time.Now()
+	if err := c.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{FieldSelector: "spec.driver=" + from}); err != nil {
+		tb.Fatal(err)
+	}
+	publishEach(ctx, tb, nodes, func(node string) error {
+		s := gpuSlice(node, to)
+		s.Name = fmt.Sprintf("%s-%s", node, strings.ReplaceAll(to, ".", "-"))
+		_, err := c.ResourceV1().ResourceSlices().Create(ctx, &s, metav1.CreateOptions{})
+		return err
+	})
+	for {
+		old, err1 := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + from})
+		now, err2 := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + to})
+		if err1 != nil || err2 != nil {
+			tb.Fatalf("listing GPU slices: %v, %v", err1, err2)
+		}
+		if len(old.Items) == 0 && len(now.Items) == nodes {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	tb.Logf("GPUs of %d nodes republished as %s (were %s) in %v", nodes, to, from, time.Since(start).Round(time.Millisecond))
 }
 
 // runShape creates pods of one shape at once and waits until all are
@@ -613,11 +672,11 @@ func report(b *testing.B, nodes, pods int, heapBase float64, results []result) {
 	byShape := map[string]result{}
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nN=%d nodes (%d HCAs), %d pods per shape and round; heap after publish %.0f MB\n", nodes, nodes*10, pods, heapBase)
-	fmt.Fprintf(&sb, "%-18s %6s %9s %9s %9s %9s %12s %12s %9s\n", "shape", "rounds", "pods/s", "ms/pod", "p50", "p99", "x base p50", "x base pod", "heap MB")
+	fmt.Fprintf(&sb, "%-20s %6s %9s %9s %9s %9s %12s %12s %9s\n", "shape", "rounds", "pods/s", "ms/pod", "p50", "p99", "x base p50", "x base pod", "heap MB")
 	for _, r := range results {
 		byShape[r.shape] = r
 		perPod := float64(r.perPod()) / float64(base.perPod())
-		fmt.Fprintf(&sb, "%-18s %6d %9.1f %9.1f %9v %9v %12.2f %12.2f %9.0f\n", r.shape, r.rounds, r.podsPerSec, ms(r.perPod()),
+		fmt.Fprintf(&sb, "%-20s %6d %9.1f %9.1f %9v %9v %12.2f %12.2f %9.0f\n", r.shape, r.rounds, r.podsPerSec, ms(r.perPod()),
 			r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), float64(r.p50)/float64(base.p50), perPod, r.heapAfterMB)
 		b.ReportMetric(r.podsPerSec, r.shape+"-pods/s")
 		b.ReportMetric(float64(r.p50.Milliseconds()), r.shape+"-p50-ms")
@@ -641,16 +700,44 @@ func report(b *testing.B, nodes, pods int, heapBase float64, results []result) {
 		fmt.Fprintf(&sb, "\nper-attribute cost: %.3f ms per pod per attribute (%.1f ms at 0 attributes, R²=%.2f)\n", slope, a, r2)
 		b.ReportMetric(slope, "ms-per-pod-per-attribute")
 	}
-	gpu, ok1 := byShape["gpu"]
-	hca, ok2 := byShape["one-hca"]
-	gpuPair, ok3 := byShape["gpu-pair"]
-	pair, ok4 := byShape["gpu-hca-pair"]
-	if ok1 && ok2 && ok3 && ok4 {
-		x := float64(hca.perPod()) / float64(gpu.perPod())
-		y := float64(pair.perPod()) / float64(gpuPair.perPod())
-		b.ReportMetric(x, "one-hca/gpu")
-		b.ReportMetric(y, "pair/gpu-pair")
-		fmt.Fprintf(&sb, "anchor ratios: one-hca/gpu=%.2f pair/gpu-pair=%.2f\n", x, y)
+	// The anchor ratios: our shape's cost per pod over the GPU shape's,
+	// with the drivers' real names (the GPU's pool tried before ours), with
+	// the GPU's renamed to sort after ours, and both orders pooled (the
+	// sums of the two orders' costs: the devices' own cost, whichever
+	// name sorts first). The last line keeps the real names.
+	ratio := func(suffixes []string, ours, theirs string) (float64, bool) {
+		var num, den time.Duration
+		for _, suffix := range suffixes {
+			o, ok1 := byShape[ours+suffix]
+			t, ok2 := byShape[theirs+suffix]
+			if !ok1 || !ok2 {
+				return 0, false
+			}
+			num, den = num+o.perPod(), den+t.perPod()
+		}
+		return float64(num) / float64(den), true
+	}
+	orders := []struct {
+		label, metric string
+		suffixes      []string
+	}{
+		{fmt.Sprintf("GPU as %s, swapped (%s < %s, our pool tried first)", swappedGPUDriver, "rdma.dra.dev", swappedGPUDriver), "swapped", []string{swappedSuffix}},
+		{"both orders pooled (each driver's pool first in one, second in the other)", "pooled", []string{"", swappedSuffix}},
+		{fmt.Sprintf("GPU as %s (%s < rdma.dra.dev, the GPU's pool tried first)", gpuDriver, gpuDriver), "", []string{""}},
+	}
+	for _, o := range orders {
+		x, ok1 := ratio(o.suffixes, "one-hca", "gpu")
+		y, ok2 := ratio(o.suffixes, "gpu-hca-pair", "gpu-pair")
+		if !ok1 || !ok2 {
+			continue
+		}
+		metric := func(name string) string { return strings.TrimPrefix(o.metric+"-"+name, "-") }
+		b.ReportMetric(x, metric("one-hca/gpu"))
+		b.ReportMetric(y, metric("pair/gpu-pair"))
+		fmt.Fprintf(&sb, "%s: one-hca/gpu=%.2f pair/gpu-pair=%.2f\n", o.label, x, y)
+		if o.metric == "" {
+			fmt.Fprintf(&sb, "anchor ratios: one-hca/gpu=%.2f pair/gpu-pair=%.2f\n", x, y)
+		}
 	}
 	fmt.Print(sb.String())
 }
