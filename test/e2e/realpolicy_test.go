@@ -28,26 +28,16 @@ func TestRealNodePolicy(t *testing.T) {
 	w.install(t, "rdma-policy", values)
 	w.waitDevicePlugin(t)
 
-	scenario := func(name string, f func(t *testing.T)) {
-		t.Run(name, func(t *testing.T) {
-			start := time.Now()
-			defer func() {
-				w.policyReset(t)
-				t.Logf("%s: %s", name, time.Since(start).Round(100*time.Millisecond))
-			}()
-			f(t)
-		})
-	}
-	scenario("SharedClaimJoin", w.policySharedClaimJoin)
-	scenario("DevicePluginPodNetwork", w.policyDevicePluginPodNetwork)
-	scenario("InitContainer", w.policyInitContainer)
-	scenario("ManagementDevices", w.policyManagementDevices)
+	w.scenario(t, "SharedClaimJoin", w.policyReset, w.policySharedClaimJoin)
+	w.scenario(t, "DevicePluginPodNetwork", w.policyReset, w.policyDevicePluginPodNetwork)
+	w.scenario(t, "InitContainer", w.policyReset, w.policyInitContainer)
+	w.scenario(t, "ManagementDevices", w.policyReset, w.policyManagementDevices)
 
 	// The same pods where the switch allows them.
 	w.uninstall(t)
 	w.install(t, "rdma-policy-allow", values+`,"allowNonHostNetwork":true`)
 	w.waitDevicePlugin(t)
-	scenario("SwitchOn", w.policySwitchOn)
+	w.scenario(t, "SwitchOn", w.policyReset, w.policySwitchOn)
 }
 
 func (w *realWorld) waitDevicePlugin(t *testing.T) {

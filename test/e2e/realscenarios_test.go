@@ -41,28 +41,18 @@ func TestRealNodeScenarios(t *testing.T) {
 	}
 	w.install(t, "rdma", "")
 
-	scenario := func(name string, f func(t *testing.T)) {
-		t.Run(name, func(t *testing.T) {
-			start := time.Now()
-			defer func() {
-				w.reset(t)
-				t.Logf("%s: %s", name, time.Since(start).Round(100*time.Millisecond))
-			}()
-			f(t)
-		})
-	}
-	scenario("seed-job-for-DRA", w.seedJobDRA)
-	scenario("device-metadata", w.deviceMetadata)
-	scenario("claim-status", w.claimStatus)
-	scenario("pcie-root-pair", w.pcieRootPair)
-	scenario("hostNetwork-refusal", w.hostNetworkRefusal)
-	scenario("eight-then-nine", w.eightThenNine)
-	scenario("container-restart", w.containerRestart)
-	scenario("kubelet-restart", w.kubeletRestart)
-	scenario("containerd-restart", w.containerdRestart)
-	scenario("driver-SIGKILL", w.driverSIGKILL)
-	scenario("rolling-update", w.rollingUpdate)
-	scenario("port-down", w.portDown) // last: it takes seven ports down
+	w.scenario(t, "seed-job-for-DRA", w.reset, w.seedJobDRA)
+	w.scenario(t, "device-metadata", w.reset, w.deviceMetadata)
+	w.scenario(t, "claim-status", w.reset, w.claimStatus)
+	w.scenario(t, "pcie-root-pair", w.reset, w.pcieRootPair)
+	w.scenario(t, "hostNetwork-refusal", w.reset, w.hostNetworkRefusal)
+	w.scenario(t, "eight-then-nine", w.reset, w.eightThenNine)
+	w.scenario(t, "container-restart", w.reset, w.containerRestart)
+	w.scenario(t, "kubelet-restart", w.reset, w.kubeletRestart)
+	w.scenario(t, "containerd-restart", w.reset, w.containerdRestart)
+	w.scenario(t, "driver-SIGKILL", w.reset, w.driverSIGKILL)
+	w.scenario(t, "rolling-update", w.reset, w.rollingUpdate)
+	w.scenario(t, "port-down", w.reset, w.portDown) // last: it takes seven ports down
 }
 
 // ACK's example Job, rewritten for DRA: its container sees rdma_cm and exactly

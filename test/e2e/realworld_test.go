@@ -396,6 +396,19 @@ func (w *realWorld) reset(t *testing.T) {
 	})
 }
 
+// scenario runs f as the subtest name, then reset (even when f fails or
+// stops the subtest), then logs how long the whole took.
+func (w *realWorld) scenario(t *testing.T, name string, reset, f func(t *testing.T)) {
+	t.Run(name, func(t *testing.T) {
+		start := time.Now()
+		defer func() {
+			reset(t)
+			t.Logf("%s: %s", name, time.Since(start).Round(100*time.Millisecond))
+		}()
+		f(t)
+	})
+}
+
 // ---- the driver's pod ----
 
 // driverPods are the release's pods that are not being deleted.
