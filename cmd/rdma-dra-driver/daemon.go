@@ -73,8 +73,8 @@ func newDaemon(ctx context.Context, o *options, client kubernetes.Interface, dir
 		SpecDir: cdi.NewSpecDir(o.cdiRoot),
 		// Every claim is recorded with the boot ID, and a reboot discards
 		// the claims of the previous boot: the checkpoint need only survive
-		// kills, which it does without fsync (checkpoint.WithoutFsync).
-		Checkpoint: checkpoint.NewStore(filepath.Join(dirs.state, "checkpoint.json"), checkpoint.WithoutFsync()),
+		// kills, which it does without fsync (checkpoint.BootScoped).
+		Checkpoint: checkpoint.NewStore(filepath.Join(dirs.state, "checkpoint.json"), checkpoint.BootScoped()),
 		BootID:     bootID,
 		Metrics:    dmn.metrics,
 	}

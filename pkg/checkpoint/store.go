@@ -61,17 +61,32 @@ func statID(path string) (fileID, error) {
 // Option changes how a Store works.
 type Option func(*Store)
 
-// WithoutFsync makes the Store skip fsync of the file and its directory:
-// a write then survives a kill of the process (the page cache holds it, and
-// the rename is atomic), not a crash or power loss of the node, which may
-// leave the file old or empty (Load then reports it corrupt).
+// BootScoped declares that what the Store records is valid only during the
+// boot that wrote it, and so lets the Store skip the fsyncs of the file and
+// of its directory (in Save, Update and Quarantine).
 //
-// It is safe when every claim the Store records carries the node's boot ID
-// (Claim.BootID): a crash or power loss is a reboot, and the driver discards
-// the claims of an earlier boot at start, so nothing such a loss can take
-// would have been used. The daemon always knows its boot ID and uses it;
-// without a boot ID, keep the default.
-func WithoutFsync() Option {
+// What it skips: durability across a crash or power loss of the node. Every
+// write is still atomic (a temp file renamed over the file), and a write that
+// returned is in the page cache, so it survives a kill of the process and is
+// what the next Load sees, in this process or another. A crash or power loss
+// may instead leave the file older than the last write, empty or truncated;
+// Load then reports an unreadable file as corrupt (ErrCorrupt), and the
+// checksum keeps a partly written one from loading as valid.
+//
+// Why that is safe only for state that a reboot discards: a crash or power
+// loss is a reboot, so what the lost writes held is what the next boot throws
+// away anyway. The driver records every claim with the node's boot ID
+// (Claim.BootID) and discards an earlier boot's claims at start, so nothing
+// such a loss can take would have been used. The daemon always knows its
+// boot ID; a caller without one, or with state that must outlive a reboot,
+// keeps the default.
+//
+// What a caller may rely on: within one boot, the same as the default (the
+// file holds the last Save or Update that returned, also after a kill of the
+// writer). After a reboot, nothing about the earlier boot's writes: the file
+// may hold any earlier version, none, or unreadable bytes (ErrCorrupt), but
+// never a mix of two versions that loads as valid.
+func BootScoped() Option {
 	return func(s *Store) { s.fsync = false }
 }
 
@@ -185,7 +200,8 @@ func tempName(path string) string {
 // in the same directory, fsyncs it, renames it over the file and fsyncs the
 // directory so the rename survives a power loss. On error the old file is
 // untouched (unless only the directory fsync failed) and no temp file is
-// left. Save keeps no reference to cp.
+// left. Save keeps no reference to cp. With BootScoped both fsyncs are
+// skipped: see there for what a crash may then leave.
 func (s *Store) Save(cp Checkpoint) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

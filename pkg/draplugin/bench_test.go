@@ -33,7 +33,7 @@ func benchPrepare(b *testing.B, fsync bool, inFlight int) {
 	e := newEnv(b)
 	e.allowNonHN = true
 	if !fsync {
-		e.storeOpts = []checkpoint.Option{checkpoint.WithoutFsync()}
+		e.storeOpts = []checkpoint.Option{checkpoint.BootScoped()}
 	}
 	e.start()
 	// One claim per HCA and worker slot; workers take claims round-robin so

@@ -99,7 +99,7 @@ func benchDirs(b *testing.B, e *env) {
 //   - floor: floorDriver;
 //   - metadata: this driver as the daemon runs it: device metadata on (the
 //     default), its files written by the driver, and the checkpoint not
-//     fsynced (checkpoint.WithoutFsync: a reboot discards it anyway);
+//     fsynced (checkpoint.BootScoped: a reboot discards it anyway);
 //   - no-metadata: the same with --device-metadata=false;
 //   - metadata-fsync: metadata on, the checkpoint fsynced as before;
 //   - helper-metadata: the helper's own metadata writer (what the driver
@@ -172,7 +172,7 @@ func BenchmarkPrepareVsFloor(b *testing.B) {
 		e := newEnv(b)
 		e.client, e.allowNonHN, e.metadata = base.client, true, v.metadata
 		if !v.fsync {
-			e.storeOpts = []checkpoint.Option{checkpoint.WithoutFsync()}
+			e.storeOpts = []checkpoint.Option{checkpoint.BootScoped()}
 		}
 		benchDirs(b, e)
 		if v.help {
