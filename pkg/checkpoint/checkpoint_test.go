@@ -801,4 +801,55 @@ func TestBootIDOfThisMachine(t *testing.T) {
 	}
 }
 
+func TestBootTime(t *testing.T) {
+	const stat = "cpu  1 2 3 4\nintr 5\nctxt 6\n"
+	tests := []struct {
+		name    string
+		content *string // nil: no file
+		want    time.Time
+		wantErr string
+	}{
+		{name: "as the kernel writes it", content: ptr(stat + "btime 1782900000\nprocesses 7\n"), want: time.Unix(1782900000, 0)},
+		{name: "last line, no newline", content: ptr(stat + "btime 1782900000"), want: time.Unix(1782900000, 0)},
+		{name: "no btime", content: ptr(stat), wantErr: "no btime line"},
+		{name: "not a number", content: ptr(stat + "btime soon\n"), wantErr: `"btime soon" is not a boot time`},
+		{name: "zero", content: ptr(stat + "btime 0\n"), wantErr: "is not a boot time"},
+		{name: "two values", content: ptr(stat + "btime 1782900000 1\n"), wantErr: "is not a boot time"},
+		{name: "missing", wantErr: "no such file or directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "stat")
+			if tt.content != nil {
+				if err := os.WriteFile(path, []byte(*tt.content), 0o444); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := BootTimeFrom(path)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), path) {
+					t.Fatalf("BootTimeFrom = %v, %v; want an error naming %s and saying %q", got, err, path, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || !got.Equal(tt.want) {
+				t.Fatalf("BootTimeFrom = %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestBootTimeOfThisMachine(t *testing.T) {
+	if _, err := os.Stat(statPath); err != nil {
+		t.Skipf("skipped: %s is not readable here: %v", statPath, err)
+	}
+	booted, err := BootTime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now := time.Now(); !booted.Before(now) {
+		t.Fatalf("booted at %v, not before now (%v)", booted, now)
+	}
+}
+
 func ptr[T any](v T) *T { return &v }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -330,6 +331,39 @@ func BootIDFrom(path string) (string, error) {
 		return "", fmt.Errorf("%s: %q is not a boot ID; want a UUID such as 5b1f0a3c-8f0e-4c55-9d8e-0c1f2a3b4c5d", path, shortened(id))
 	}
 	return id, nil
+}
+
+// statPath is where Linux publishes the time it booted (the btime line).
+const statPath = "/proc/stat"
+
+// BootTime returns when the node booted: the kernel's btime, in whole
+// seconds rounded down. A file written during this boot is not older than
+// it, unless the clock was set forward since (a node whose clock was wrong
+// when it booted); the driver compares an unreadable checkpoint's mtime with
+// it to tell what a power loss left of an earlier boot's file (see
+// BootScoped).
+func BootTime() (time.Time, error) { return BootTimeFrom(statPath) }
+
+// BootTimeFrom reads the boot time from a file in the format of /proc/stat,
+// for tests and for hosts whose /proc is mounted elsewhere.
+func BootTimeFrom(path string) (time.Time, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("reading the boot time: %w", err)
+	}
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "btime" {
+			continue
+		}
+		if len(f) == 2 {
+			if sec, err := strconv.ParseInt(f[1], 10, 64); err == nil && sec > 0 {
+				return time.Unix(sec, 0), nil
+			}
+		}
+		return time.Time{}, fmt.Errorf("%s: %q is not a boot time; want btime and seconds since 1970, such as btime 1782900000", path, shortened(strings.TrimSpace(line)))
+	}
+	return time.Time{}, fmt.Errorf("%s: no btime line, so no boot time", path)
 }
 
 func isUUID(s string) bool {

@@ -208,12 +208,18 @@ type Deps struct {
 	// rdmanl.RouteClient and NodeGetter. Without them such claims fail.
 	HostLinks HostLinks
 	NodeIPs   NodeIPs
+	// BootTime returns when the node booted; nil is the kernel's
+	// (checkpoint.BootTime). New compares an unreadable checkpoint's mtime
+	// with it: one last written before this boot is what a power loss left
+	// of an earlier boot's file (checkpoint.BootScoped), said quietly.
+	BootTime func() (time.Time, error)
 }
 
 // New recovers the driver's state and takes the first inventory.
 //
-// Recovery, in order: a corrupt checkpoint is moved aside (with a warning)
-// and the driver starts empty rather than crash-looping, keeping the CDI
+// Recovery, in order: a corrupt checkpoint is moved aside (with an error, or
+// a note if an earlier boot wrote it: see quarantineCheckpoint) and the
+// driver starts empty rather than crash-looping, keeping the CDI
 // specs it finds until their claims are unprepared; the specs of known
 // claims are rewritten, because /var/run/cdi is a tmpfs that a reboot
 // empties while the kubelet still considers the claims prepared; specs of
@@ -267,12 +273,13 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Driver, error) {
 	}
 	quarantined := false
 	if _, err := d.store.Load(); errors.Is(err, checkpoint.ErrCorrupt) {
-		moved, qerr := d.store.Quarantine()
-		if qerr != nil {
-			return nil, fmt.Errorf("%v; moving it aside failed too: %w", err, qerr)
+		bootTime := deps.BootTime
+		if bootTime == nil {
+			bootTime = checkpoint.BootTime
 		}
-		logger.Error(err, "Checkpoint is corrupt; moved it aside and starting with no prepared claims", "movedTo", moved)
-		d.metrics.backgroundErrors.WithLabelValues("checkpoint").Inc()
+		if err := d.quarantineCheckpoint(ctx, err, bootTime); err != nil {
+			return nil, err
+		}
 		quarantined = true
 	} else if err != nil {
 		return nil, err
@@ -311,6 +318,54 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Driver, error) {
 	}
 	d.sweepSpecs(ctx, time.Now())
 	return d, nil
+}
+
+// quarantineCheckpoint moves the unreadable checkpoint aside (for a human
+// to inspect) and says so. The checkpoint is not fsynced
+// (checkpoint.BootScoped), so a power loss may leave it empty or truncated;
+// then it was last written before this boot, and its claims would have been
+// discarded at start anyway (discardPreviousBoot): nothing is lost, which is
+// said at info level and not counted as an error. One written during this
+// boot lost claims that may be in use: an error, counted in
+// background_errors_total{kind="checkpoint"}. So is one whose age cannot be
+// told.
+func (d *Driver) quarantineCheckpoint(ctx context.Context, loadErr error, bootTime func() (time.Time, error)) error {
+	logger := klog.FromContext(ctx)
+	// Before the move: it keeps the mtime, but the file is then elsewhere.
+	modified, booted, earlier, why := writtenBeforeBoot(d.store.Path(), bootTime)
+	moved, err := d.store.Quarantine()
+	if err != nil {
+		return fmt.Errorf("%v; moving it aside failed too: %w", loadErr, err)
+	}
+	if earlier {
+		logger.Info("Checkpoint of an earlier boot is unreadable, as a power loss may leave it (it is not fsynced); moved it aside and starting with no prepared claims. Nothing is lost: the node rebooted since, and an earlier boot's claims are discarded anyway; the kubelet prepares again those of pods still on this node",
+			"movedTo", moved, "modified", modified.UTC().Format(time.RFC3339), "bootTime", booted.UTC().Format(time.RFC3339), "reason", loadErr.Error())
+		return nil
+	}
+	kv := []any{"movedTo", moved}
+	if why != nil {
+		kv = append(kv, "notFromAnEarlierBoot", why.Error())
+	} else {
+		kv = append(kv, "modified", modified.UTC().Format(time.RFC3339), "bootTime", booted.UTC().Format(time.RFC3339))
+	}
+	logger.Error(loadErr, "Checkpoint is corrupt; moved it aside and starting with no prepared claims", kv...)
+	d.metrics.backgroundErrors.WithLabelValues("checkpoint").Inc()
+	return nil
+}
+
+// writtenBeforeBoot tells whether the file at path was last modified before
+// the node booted. why says what kept it from telling (earlier is then
+// false).
+func writtenBeforeBoot(path string, bootTime func() (time.Time, error)) (modified, booted time.Time, earlier bool, why error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return time.Time{}, time.Time{}, false, err
+	}
+	booted, err = bootTime()
+	if err != nil {
+		return fi.ModTime(), time.Time{}, false, err
+	}
+	return fi.ModTime(), booted, fi.ModTime().Before(booted), nil
 }
 
 // staleSpecAge is how old a CDI spec of a claim the checkpoint does not
