@@ -19,7 +19,7 @@ ifneq ($(wildcard /dev/shm/.),)
 export TMPDIR ?= /dev/shm
 endif
 
-.PHONY: all build test test-unit test-e2e test-vm test-multinode demo bench bench-scale bench-podstart fuzz lint image docker-image clean
+.PHONY: all build test test-unit test-e2e test-vm test-multinode demo bench bench-scale bench-scale-prefilter bench-podstart fuzz lint image docker-image clean
 
 all: build
 
@@ -76,6 +76,17 @@ bench:
 SCALE_NODES ?= 100,1000
 bench-scale:
 	cd test && SCALE_NODES=$(SCALE_NODES) $(GO) test -run '^$$' -bench BenchmarkScheduling -benchtime=1x -timeout 60m ./scale
+
+# The same with the allocator's driver prefilter prototype (test/scale/prefilter,
+# proposed upstream in docs/performance.md): the anchor shapes only, against a
+# patched copy of k8s.io/dynamic-resource-allocation. Nothing ships with it.
+PREFILTER_DIR := $(TMPDIR)/rdma-dra-prefilter
+bench-scale-prefilter:
+	test/scale/prefilter/apply.sh "$$(cd test && $(GO) list -m -f '{{.Dir}}' k8s.io/dynamic-resource-allocation)" $(PREFILTER_DIR)/dra
+	sed 's|^\(\s*k8s.io/dynamic-resource-allocation =>\).*|\1 $(PREFILTER_DIR)/dra|' test/go.mod >$(PREFILTER_DIR)/go.mod
+	cp test/go.sum $(PREFILTER_DIR)/go.sum
+	cd test && SCALE_NODES=$(SCALE_NODES) SCALE_SHAPES=$${SCALE_SHAPES:-baseline,gpu,one-hca,gpu-pair,gpu-hca-pair,gpu-swapped,one-hca-swapped,gpu-pair-swapped,gpu-hca-pair-swapped} \
+		$(GO) test -modfile=$(PREFILTER_DIR)/go.mod -run '^$$' -bench BenchmarkScheduling -benchtime=1x -timeout 60m ./scale
 
 # Pod create -> Running on the real node, by route (no device, DRA claim,
 # rdma/hca via the device plugin and via extendedResourceName); root only.
