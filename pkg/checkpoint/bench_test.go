@@ -23,7 +23,7 @@ var fsyncModes = []struct {
 	opts []Option
 }{
 	{"fsync", nil},
-	{"nofsync-unsafe", []Option{BootScoped()}},
+	{"bootscoped", []Option{BootScoped()}},
 }
 
 func BenchmarkSave(b *testing.B) {
