@@ -61,7 +61,7 @@ type deps struct {
 const usage = "usage: rdma-dra-hook netns --device=<ibdev> [--move-netdevs] [--node-ip=<ip>]... | " +
 	"limit --device=<ibdev> --hca-handle=<n|max> --hca-object=<n|max> | " +
 	"hostnet --device=<ibdev>... (OCI state on stdin) | " +
-	"install <host dir>"
+	"install <host dir> [<CDI spec dir>]"
 
 func run(args []string, stdin io.Reader, d deps) error {
 	if len(args) == 0 {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmacg"
 )
@@ -106,9 +107,82 @@ func TestInstall(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(dst, "*")); len(left) != 3 {
 		t.Errorf("install left %v, want the plain hook, its pinned copy and the older pinned hook", left)
 	}
-	for _, args := range [][]string{nil, {"relative/dir"}, {"/a", "/b"}} {
+	for _, args := range [][]string{nil, {"relative/dir"}, {"/a", "relative/cdi"}, {"/a", "/b", "/c"}} {
 		if err := install(args, self); err == nil || !strings.Contains(err.Error(), "absolute directory") {
 			t.Errorf("install(%q) = %v", args, err)
 		}
+	}
+}
+
+// TestInstallPrunes: with the CDI spec directory, install removes the
+// pinned hooks that no spec names, once an hour old, and nothing else.
+func TestInstallPrunes(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "self")
+	if err := os.WriteFile(src, []byte("\x7fELF hook v3"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self := func() (string, error) { return src, nil }
+	hooks, cdi := filepath.Join(dir, "hooks"), filepath.Join(dir, "cdi")
+	for _, d := range []string{hooks, cdi} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	current := hookbin.Pinned([]byte("\x7fELF hook v3"))
+	old := time.Now().Add(-2 * pruneMinAge)
+	hook := func(content string, modified time.Time) string {
+		name := hookbin.Pinned([]byte(content))
+		p := filepath.Join(hooks, name)
+		if err := os.WriteFile(p, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, modified, modified); err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	named := hook("hook v2, named by a spec", old)
+	unused := hook("hook v1, named by no spec", old)
+	recent := hook("hook of a release installing now", time.Now())
+	other := filepath.Join(hooks, "not-a-hook-0123456789abcdef")
+	if err := os.WriteFile(other, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(other, old, old); err != nil {
+		t.Fatal(err)
+	}
+	spec := `{"cdiVersion":"0.8.0","kind":"rdma.dra.dev/hca","containerEdits":{"hooks":[{"hookName":"createContainer","path":"/opt/rdma-dra-driver/bin/` + named + `"}]}}`
+	if err := os.WriteFile(filepath.Join(cdi, "rdma.dra.dev-claim_x.json"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := install([]string{hooks, cdi}, self); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		want bool
+	}{
+		{hookbin.Name, true},
+		{current, true},
+		{named, true},
+		{recent, true},
+		{filepath.Base(other), true},
+		{unused, false},
+	} {
+		_, err := os.Stat(filepath.Join(hooks, tt.name))
+		if got := err == nil; got != tt.want {
+			t.Errorf("%s present after install: %v, want %v (%v)", tt.name, got, tt.want, err)
+		}
+	}
+
+	// An unreadable CDI directory prunes nothing.
+	unused = hook("hook v0, named by no spec", old)
+	if err := install([]string{hooks, filepath.Join(dir, "absent")}, self); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(hooks, unused)); err != nil {
+		t.Errorf("install without a readable CDI directory removed %s: %v", unused, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Name is the plain file name of the installed hook.
@@ -25,6 +26,16 @@ const Name = "rdma-dra-hook"
 func Pinned(b []byte) string {
 	sum := sha256.Sum256(b)
 	return Name + "-" + hex.EncodeToString(sum[:8])
+}
+
+// IsPinned reports whether name has the form of a pinned hook's file name.
+func IsPinned(name string) bool {
+	digits, ok := strings.CutPrefix(name, Name+"-")
+	if !ok || len(digits) != 16 {
+		return false
+	}
+	_, err := hex.DecodeString(digits)
+	return err == nil && strings.ToLower(digits) == digits
 }
 
 // PinnedPath is the pinned path, beside hookPath (the plain installed

@@ -51,3 +51,24 @@ func TestPinnedPath(t *testing.T) {
 		})
 	}
 }
+
+func TestIsPinned(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		want bool
+	}{
+		{Pinned([]byte("hook v1")), true},
+		{Name, false},
+		{Name + "-0123456789abcdef", true},
+		{Name + "-0123456789ABCDEF", false},
+		{Name + "-0123456789abcde", false},
+		{Name + "-0123456789abcdef0", false},
+		{Name + "-0123456789abcdeg", false},
+		{"." + Pinned([]byte("hook v1")) + ".tmp", false},
+		{"other-0123456789abcdef", false},
+	} {
+		if got := IsPinned(tt.name); got != tt.want {
+			t.Errorf("IsPinned(%q) = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
