@@ -32,21 +32,27 @@ func (p *pass) ports(w warner, ib dir) []Port {
 	return ports
 }
 
-func (p *pass) port(w warner, dir dir, n int) Port {
-	port := Port{Number: n, RoCEv2GIDIndex: -1}
+// readStates reads a port's state and phys_state ("4: ACTIVE" and
+// "5: LinkUp" in sysfs) into their words.
+func (p *pass) readStates(w warner, d dir, port *Port) {
 	word := func(file string) string {
-		s, ok := p.readAttr(w, dir, file)
+		s, ok := p.readAttr(w, d, file)
 		if !ok {
 			return ""
 		}
 		_, v, err := parseNumberedWord(s)
 		if err != nil {
-			w.add(dir.join(file), err)
+			w.add(d.join(file), err)
 		}
 		return v
 	}
 	port.State = word("state")
 	port.PhysState = word("phys_state")
+}
+
+func (p *pass) port(w warner, dir dir, n int) Port {
+	port := Port{Number: n, RoCEv2GIDIndex: -1}
+	p.readStates(w, dir, &port)
 
 	if s, ok := p.readAttr(w, dir, "link_layer"); ok {
 		switch LinkLayer(s) {

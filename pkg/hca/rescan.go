@@ -177,19 +177,7 @@ func (d *Discoverer) refresh(c *rescanCache) (Inventory, bool) {
 func (p *pass) refreshPort(d dir, port *Port) bool {
 	var warns []string
 	w := warner{&warns}
-	word := func(file string) string {
-		s, ok := p.readAttr(w, d, file)
-		if !ok {
-			return ""
-		}
-		_, v, err := parseNumberedWord(s)
-		if err != nil {
-			w.add(d.join(file), err)
-		}
-		return v
-	}
-	port.State = word("state")
-	port.PhysState = word("phys_state")
+	p.readStates(w, d, port)
 	p.readRateAndLIDs(w, d, port)
 	if len(warns) > 0 {
 		return false
