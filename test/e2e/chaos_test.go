@@ -92,6 +92,7 @@ func TestRealNodeRestartChaos(t *testing.T) {
 		start := time.Now()
 		switch victim {
 		case "kubelet", "containerd":
+			back := stream.runtimeKill()
 			if err := w.n.Kill(victim); err != nil {
 				t.Fatal(err)
 			}
@@ -104,6 +105,7 @@ func TestRealNodeRestartChaos(t *testing.T) {
 			if err != nil {
 				t.Fatalf("round %d: restarting %s: %v", round, victim, err)
 			}
+			back()
 		case "driver":
 			pid := w.driverPid(t)
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {

@@ -43,8 +43,12 @@ type podStream struct {
 	lostExits  int // of those, pods whose exit status a containerd kill lost
 	lostStarts int // pods whose start a containerd kill cancelled
 	failures   []string
-	byPhase    map[string]int // succeeded pods by the phase label current when they were created
-	phase      string
+	// runtimeDown are the windows in which the test had killed the
+	// kubelet or containerd and not yet restarted it (runtimeKill); a pod
+	// the runtime lost must have lived through one.
+	runtimeDown []window
+	byPhase     map[string]int // succeeded pods by the phase label current when they were created
+	phase       string
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -82,6 +86,50 @@ func (s *podStream) stopStream() {
 	s.wg.Wait()
 }
 
+type window struct{ from, to time.Time }
+
+// runtimeKill records that the test kills the kubelet or containerd now;
+// it calls the returned function once it is back.
+func (s *podStream) runtimeKill() (back func()) {
+	w := window{from: time.Now()}
+	return func() {
+		w.to = time.Now()
+		s.mu.Lock()
+		s.runtimeDown = append(s.runtimeDown, w)
+		s.mu.Unlock()
+	}
+}
+
+// runtimeKillGrace is how long after a restart the runtime may still fail
+// what it was doing when it was killed (a shim reconnecting, a task
+// cleaned up).
+const runtimeKillGrace = 10 * time.Second
+
+// runtimeKilledDuring reports whether a kill of the kubelet or containerd
+// overlapped [from, to] (with runtimeKillGrace after each restart).
+func (s *podStream) runtimeKilledDuring(from, to time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.ContainsFunc(s.runtimeDown, func(w window) bool {
+		return !w.from.After(to) && !w.to.Add(runtimeKillGrace).Before(from)
+	})
+}
+
+// lostToRuntime judges a failed start: one the runtime lost is counted,
+// anything else fails the test (see lostStart).
+func (s *podStream) lostToRuntime(name, phase, why string, created time.Time) {
+	switch {
+	case !lostStart(why):
+		s.fail("%s (%s): start failed: %s", name, phase, why)
+	case !s.runtimeKilledDuring(created, time.Now()):
+		s.fail("%s (%s): start failed with no kill of the kubelet or containerd in the pod's life: %s", name, phase, why)
+	default:
+		s.mu.Lock()
+		s.lostStarts++
+		s.mu.Unlock()
+	}
+}
+
 func (s *podStream) fail(format string, args ...any) {
 	s.mu.Lock()
 	s.failures = append(s.failures, fmt.Sprintf(format, args...))
@@ -111,6 +159,7 @@ func (s *podStream) one() {
 	ctx, cancel := context.WithTimeout(w.ctx, s.timeout+30*time.Second)
 	defer cancel()
 	c := w.cp.Client.CoreV1().Pods("default")
+	created := time.Now()
 	if _, err := c.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		s.fail("%s: create: %v", name, err)
 		time.Sleep(time.Second)
@@ -137,13 +186,7 @@ func (s *podStream) one() {
 		// ran, Failed with reason StartError.
 		if err == nil {
 			if why, failed := startFailed(p); failed {
-				if !lostStart(why) {
-					s.fail("%s (%s): start failed: %s", name, phase, why)
-					return
-				}
-				s.mu.Lock()
-				s.lostStarts++
-				s.mu.Unlock()
+				s.lostToRuntime(name, phase, why, created)
 				return
 			}
 		}
@@ -158,18 +201,16 @@ func (s *podStream) one() {
 		time.Sleep(250 * time.Millisecond)
 	}
 	if why, failed := startFailed(p); failed && p.Status.Phase == corev1.PodFailed {
-		if !lostStart(why) {
-			s.fail("%s (%s): start failed: %s", name, phase, why)
-			return
-		}
-		s.mu.Lock()
-		s.lostStarts++
-		s.mu.Unlock()
+		s.lostToRuntime(name, phase, why, created)
 		return
 	}
 	lost := p.Status.Phase == corev1.PodFailed && lostExit(p)
 	if p.Status.Phase == corev1.PodFailed && !lost {
 		s.fail("%s (%s): Failed: %+v", name, phase, p.Status)
+		return
+	}
+	if lost && !s.runtimeKilledDuring(created, time.Now()) {
+		s.fail("%s (%s): exit status lost with no kill of the kubelet or containerd in the pod's life: %+v", name, phase, p.Status)
 		return
 	}
 	var msg string
