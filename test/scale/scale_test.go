@@ -269,23 +269,17 @@ func runScale(b *testing.B, nodes, pods int) {
 			continue
 		}
 		start := time.Now()
-		publishEach(ctx, b, nodes, func(node string) error {
-			sl := otherSlice(node, sweepDriver(n), 10, func(i int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+		publishDriver(ctx, b, c, nodes, func(node string) resourceapi.ResourceSlice {
+			return otherSlice(node, sweepDriver(n), 10, func(i int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 				return syntheticAttributes(sweepDriver(n), n, i)
 			})
-			sl.Name = fmt.Sprintf("%s-%s", node, strings.ReplaceAll(sweepDriver(n), ".", "-"))
-			_, err := c.ResourceV1().ResourceSlices().Create(ctx, &sl, metav1.CreateOptions{})
-			return err
 		})
 		b.Logf("%s: %d slices of %d devices with %d attributes published in %v", sweepDriver(n), nodes, 10, n, time.Since(start).Round(time.Millisecond))
 		r := runShape(ctx, b, c, s, pods)
 		r.heapAfterMB = heapMB()
 		results = append(results, r)
 		cleanup(ctx, b, c)
-		if err := c.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{},
-			metav1.ListOptions{FieldSelector: "spec.driver=" + sweepDriver(n)}); err != nil {
-			b.Fatal(err)
-		}
+		deleteDriver(ctx, b, c, sweepDriver(n))
 	}
 	report(b, nodes, pods, heapBase, merge(results))
 }
@@ -465,20 +459,31 @@ func gpuSlice(node, driver string) resourceapi.ResourceSlice {
 	return s
 }
 
+// publishDriver creates one slice per node, slice(node), each named after
+// its node and driver.
+func publishDriver(ctx context.Context, tb testing.TB, c kubernetes.Interface, nodes int, slice func(node string) resourceapi.ResourceSlice) {
+	publishEach(ctx, tb, nodes, func(node string) error {
+		s := slice(node)
+		s.Name = fmt.Sprintf("%s-%s", node, strings.ReplaceAll(s.Spec.Driver, ".", "-"))
+		_, err := c.ResourceV1().ResourceSlices().Create(ctx, &s, metav1.CreateOptions{})
+		return err
+	})
+}
+
+// deleteDriver deletes every slice of driver.
+func deleteDriver(ctx context.Context, tb testing.TB, c kubernetes.Interface, driver string) {
+	if err := c.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{FieldSelector: "spec.driver=" + driver}); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // renameGPU republishes every node's GPUs under the driver name to instead
 // of from, and waits until the API server lists them all.
 func renameGPU(ctx context.Context, tb testing.TB, c kubernetes.Interface, nodes int, from, to string) {
 	start := time.Now()
-	if err := c.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{},
-		metav1.ListOptions{FieldSelector: "spec.driver=" + from}); err != nil {
-		tb.Fatal(err)
-	}
-	publishEach(ctx, tb, nodes, func(node string) error {
-		s := gpuSlice(node, to)
-		s.Name = fmt.Sprintf("%s-%s", node, strings.ReplaceAll(to, ".", "-"))
-		_, err := c.ResourceV1().ResourceSlices().Create(ctx, &s, metav1.CreateOptions{})
-		return err
-	})
+	deleteDriver(ctx, tb, c, from)
+	publishDriver(ctx, tb, c, nodes, func(node string) resourceapi.ResourceSlice { return gpuSlice(node, to) })
 	for {
 		old, err1 := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + from})
 		now, err2 := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + to})
