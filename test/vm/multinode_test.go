@@ -317,18 +317,29 @@ var (
 )
 
 // rankRun is the ranks' run: rank 0 serves, rank 1 connects.
-const rankRun = `# run NAME CMD...: rank 0 serves, rank 1 connects, retrying a refused connection.
+const rankRun = `# deadline CMD...: CMD, output in /tmp/$name.out; alive after 300 s, it is
+# killed, its port's non-zero counters noted: a hang fails well before the
+# Job's deadline and says where the transfer stood.
+deadline() {
+  "$@" > /tmp/$name.out 2>&1 & pid=$!; n=0
+  while kill -0 $pid 2>/dev/null; do
+    n=$((n+1)); [ $n = 3000 ] && echo "hung 300s: $(counters)" >> /tmp/$name.out && kill -9 $pid
+    sleep 0.1
+  done; wait $pid
+}
+counters() { for f in /sys/class/infiniband/$dev/ports/1/hw_counters/*; do v=$(cat $f); [ "$v" = 0 ] || printf '%s=%s ' ${f##*/} $v; done; }
+# run NAME CMD...: rank 0 serves, rank 1 connects, retrying a refused connection.
 run() {
   name=$1; shift; p0=$(pkts)
   for i in $(seq 180); do
-    t0=$(now); "$@" > /tmp/$name.out 2>&1; rc=$?; t1=$(now)
+    t0=$(now); deadline "$@"; rc=$?; t1=$(now)
     [ $rc = 0 ] || [ $rank = 0 ] || ! grep -qiE 'refused|couldn.t connect|REJECTED|UNREACHABLE|unable to init' /tmp/$name.out || { sleep 1; continue; }
     break
   done
   say "$name exit=$rc secs=$(echo $t0 $t1 | awk '{printf "%.2f", $2-$1}') pkts=$p0-> $(pkts)"
   grep -E "$RESULT" /tmp/$name.out | tail -n 1 | sed "s/^/$name| /" >> $log
   # A failure's cause, short (the message's 4 KiB are shared by all tools).
-  [ $rc = 0 ] || { grep -iE 'error|fail|assert|fatal|unable|cannot|invalid|refused|timeout' /tmp/$name.out | grep -vE '\.so|\+0x' | head -n 3; tail -n 1 /tmp/$name.out; } | cut -c1-160 | sed "s/^/$name! /" >> $log
+  [ $rc = 0 ] || { grep -iE 'hung|error|fail|assert|fatal|unable|cannot|invalid|refused|timeout' /tmp/$name.out | grep -vE '\.so|\+0x' | head -n 3; tail -n 1 /tmp/$name.out; } | uniq | cut -c1-160 | sed "s/^/$name! /" >> $log
   [ $rc != 0 ] || grep -qE "$RESULT" /tmp/$name.out || tail -n 3 /tmp/$name.out | cut -c1-160 | sed "s/^/$name? /" >> $log
 }
 `
