@@ -19,7 +19,8 @@ import (
 
 // linkScript runs in both guests; RANK (0 or 1) comes from the kernel
 // command line. Rank 0 serves, rank 1 connects, retrying until rank 0 is up.
-const linkScript = `mac=52:54:00:00:09:0$((RANK+1)); me=10.0.9.$((RANK+1)); peer=10.0.9.$((2-RANK))
+var linkScript = watchdogSh + `out=/tmp/out
+mac=52:54:00:00:09:0$((RANK+1)); me=10.0.9.$((RANK+1)); peer=10.0.9.$((2-RANK))
 for d in /sys/class/net/*; do [ "$(cat $d/address)" = $mac ] && nic=${d##*/}; done
 [ -n "$nic" ] || { echo "no NIC with $mac"; exit 1; }
 ip addr add $me/24 dev $nic && ip link set $nic up && rdma link add rxe2 type rxe netdev $nic || exit 1
@@ -32,43 +33,33 @@ for i in $(seq 100); do
   grep -q ACTIVE $port/state && [ -n "$gid" ] && break; sleep 0.1
 done
 echo "rank $RANK: rxe2 on $nic ($me), $(cat $port/state), RoCE v2 GID index $gid"
-# counters: the port's non-zero hardware counters and the NIC's drops.
-counters() { for f in $port/hw_counters/*; do v=$(cat $f); [ "$v" = 0 ] || printf '%s=%s ' ${f##*/} $v; done
-  awk -v n="$nic:" '$1 == n { printf "rx_drop=%s tx_drop=%s", $5, $13 }' /proc/net/dev; echo; }
-# deadline CMD...: CMD's output in /tmp/out; a CMD alive after 90 s is
-# described (counters, QPs, kernel) and killed: a hang fails, and says why.
-deadline() { "$@" > /tmp/out 2>&1 & pid=$!; n=0
-  while kill -0 $pid 2>/dev/null; do
-    n=$((n+1)); [ $n = 900 ] && { echo "hung 90s: $*"; counters; rdma res show qp; dmesg | tail -n 5; } >> /tmp/out && kill -9 $pid
-    sleep 0.1
-  done; wait $pid; }
+# try CMD...: CMD under a 90 s deadline (watchdogSh), then its output and
+# the port's counters; rank 1 retries while rank 0's server is not up yet.
+try() {
+  for i in $(seq 120); do
+    deadline 90 "$@"; rc=$?
+    [ $rc = 0 ] || [ $RANK = 0 ] || grep -q "^hung" $out || { sleep 0.5; continue; }
+    break
+  done
+  cat $out; echo "$(counters)"; return $rc
+}
+describe() { rdma res show qp; dmesg | tail -n 5; }
 # pingpong: ibv_rc_pingpong, and once more on the next port if it hung.
 # The 6.1 kernel's rxe requester can stall after a retransmit (both QPs in
 # RTS, no packet moves); ibv_rc_pingpong's 67 ms ACK timeout, fixed in the
 # tool, fires spuriously when TCG deschedules a guest (docs/vm.md).
 pingpong() {
-  for p in 18515 18516; do
-    for i in $(seq 120); do
-      deadline ibv_rc_pingpong -d rxe2 -g $gid -n 200 -s 65536 -p $p $server; rc=$?
-      [ $rc = 0 ] || [ $RANK = 0 ] || grep -q "^hung" /tmp/out || { sleep 0.5; continue; }
-      break
-    done
-    cat /tmp/out; counters
-    [ $rc != 0 ] && grep -q "^hung" /tmp/out && [ $p = 18515 ] && echo "stalled: once more on port $((p+1))" && continue
-    return $rc
-  done
-}
-# rping: rank 1 retries while rank 0's server is not up yet.
-rping_() {
-  for i in $(seq 120); do deadline rping "$@"; rc=$?; [ $rc = 0 ] || [ $RANK = 0 ] || grep -q "^hung" /tmp/out || { sleep 0.5; continue; }; break; done
-  cat /tmp/out; counters; return $rc
+  try ibv_rc_pingpong -d rxe2 -g $gid -n 200 -s 65536 -p 18515 $server && return 0
+  rc=$?; grep -q "^hung" $out || return $rc
+  echo "stalled: once more on port 18516"
+  try ibv_rc_pingpong -d rxe2 -g $gid -n 200 -s 65536 -p 18516 $server
 }
 if [ $RANK = 0 ]; then
   server=; pingpong; echo "pingpong exit $?"
-  rping_ -s -a $me -C 200 -S 4096; echo "rping exit $?"
+  try rping -s -a $me -C 200 -S 4096; echo "rping exit $?"
 else
   server=$peer; pingpong; echo "pingpong exit $?"
-  rping_ -c -a $peer -C 200 -S 4096 -V; echo "rping exit $?"
+  try rping -c -a $peer -C 200 -S 4096 -V; echo "rping exit $?"
 fi
 `
 

@@ -317,22 +317,14 @@ var (
 )
 
 // rankRun is the ranks' run: rank 0 serves, rank 1 connects.
-const rankRun = `# deadline CMD...: CMD, output in /tmp/$name.out; alive after 300 s, it is
-# killed, its port's non-zero counters noted: a hang fails well before the
-# Job's deadline and says where the transfer stood.
-deadline() {
-  "$@" > /tmp/$name.out 2>&1 & pid=$!; n=0
-  while kill -0 $pid 2>/dev/null; do
-    n=$((n+1)); [ $n = 3000 ] && echo "hung 300s: $(counters)" >> /tmp/$name.out && kill -9 $pid
-    sleep 0.1
-  done; wait $pid
-}
-counters() { for f in /sys/class/infiniband/$dev/ports/1/hw_counters/*; do v=$(cat $f); [ "$v" = 0 ] || printf '%s=%s ' ${f##*/} $v; done; }
-# run NAME CMD...: rank 0 serves, rank 1 connects, retrying a refused connection.
+var rankRun = watchdogSh + `port=/sys/class/infiniband/$dev/ports/1
+# run NAME CMD...: CMD under a 300 s deadline (watchdogSh; the port-down
+# transfer takes about 185 s), output in /tmp/NAME.out; rank 0 serves,
+# rank 1 connects, retrying a refused connection.
 run() {
-  name=$1; shift; p0=$(pkts)
+  name=$1; shift; out=/tmp/$name.out; p0=$(pkts)
   for i in $(seq 180); do
-    t0=$(now); deadline "$@"; rc=$?; t1=$(now)
+    t0=$(now); deadline 300 "$@"; rc=$?; t1=$(now)
     [ $rc = 0 ] || [ $rank = 0 ] || ! grep -qiE 'refused|couldn.t connect|REJECTED|UNREACHABLE|unable to init' /tmp/$name.out || { sleep 1; continue; }
     break
   done
