@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/pkey"
 )
 
 // PKey is one entry of a port's partition key table. Value keeps the
@@ -48,7 +50,7 @@ func (d *Discoverer) PKeys(ibdev string, port int) ([]PKey, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		v, err := ParsePKey(strings.TrimSpace(string(b)))
+		v, err := pkey.Parse(strings.TrimSpace(string(b)))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
@@ -58,20 +60,6 @@ func (d *Discoverer) PKeys(ibdev string, port int) ([]PKey, error) {
 	}
 	slices.SortFunc(out, func(a, b PKey) int { return a.Index - b.Index })
 	return out, nil
-}
-
-// ParsePKey reads a P_Key as sysfs prints it ("0x8001") or a user writes
-// it; hex, with or without "0x".
-func ParsePKey(s string) (uint16, error) {
-	h := strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")
-	if h == "" || len(h) > 4 {
-		return 0, fmt.Errorf("P_Key %q: want 1 to 4 hex digits, e.g. 0x8001", s)
-	}
-	v, err := strconv.ParseUint(h, 16, 16)
-	if err != nil {
-		return 0, fmt.Errorf("P_Key %q: want 1 to 4 hex digits, e.g. 0x8001", s)
-	}
-	return uint16(v), nil
 }
 
 // FindPKey returns the index of want in table: an entry with the same

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/pkey"
 )
 
 // HcaConfig is the per-request configuration of the devices the driver
@@ -108,17 +110,14 @@ func (c *HcaConfig) Validate() error {
 }
 
 // ParsePKey reads HcaConfig.PKey: 1 to 4 hex digits, with or without
-// "0x", naming a partition other than the invalid 0x0000/0x8000.
+// "0x", naming a partition (not the empty 0x0000/0x8000). The parser is
+// pkg/hca/pkey's, the one that also reads the ports' tables.
 func ParsePKey(s string) (uint16, error) {
-	h := strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")
-	v, err := strconv.ParseUint(h, 16, 16)
-	if h == "" || len(h) > 4 || err != nil {
-		return 0, fmt.Errorf("pkey: want a P_Key of 1 to 4 hex digits such as \"0x8001\", got %q", s)
+	v, err := pkey.ParsePartition(s)
+	if err != nil {
+		return 0, fmt.Errorf("pkey: %w", err)
 	}
-	if v&0x7fff == 0 {
-		return 0, fmt.Errorf("pkey: %q is not a partition (its low 15 bits are zero)", s)
-	}
-	return uint16(v), nil
+	return v, nil
 }
 
 func listFamilies() string {
