@@ -19,12 +19,17 @@ ifneq ($(wildcard /dev/shm/.),)
 export TMPDIR ?= /dev/shm
 endif
 
-.PHONY: all build test test-unit test-e2e test-vm test-multinode demo bench bench-scale bench-scale-prefilter bench-podstart fuzz lint image docker-image clean
+.PHONY: all build generate test test-unit test-e2e test-vm test-multinode demo bench bench-scale bench-scale-prefilter bench-podstart fuzz lint image docker-image clean
 
 all: build
 
 build:
 	$(GO) build -ldflags="$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+
+# Generated code (the config API's deepcopy) from the go:generate lines; the
+# generators are tools of go.mod (go get -tool). A test fails when it is stale.
+generate:
+	$(GO) generate ./...
 
 # Unit tests of the main module (race detector), then the end-to-end suite
 # in test/, its own module with a real kube-apiserver (the first, cold build

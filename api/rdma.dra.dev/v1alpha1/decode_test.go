@@ -11,10 +11,14 @@ import (
 
 var typeMeta = metav1.TypeMeta{APIVersion: APIVersion, Kind: Kind}
 
+// minimal is the smallest valid config.
+const minimal = `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig"}`
+
 func TestDecode(t *testing.T) {
 	tests := []struct {
 		name    string
 		in      string
+		yaml    bool // for DecodeYAML only; JSON goes to both
 		want    *HcaConfig
 		wantErr string // substring; "" means success
 	}{
@@ -30,6 +34,7 @@ func TestDecode(t *testing.T) {
 		},
 		{
 			name: "moveNetdev from YAML",
+			yaml: true,
 			in:   "apiVersion: rdma.dra.dev/v1alpha1\nkind: HcaConfig\nmoveNetdev: false\n",
 			want: &HcaConfig{TypeMeta: typeMeta, MoveNetdev: ptr(false)},
 		},
@@ -60,11 +65,13 @@ func TestDecode(t *testing.T) {
 		},
 		{
 			name: "YAML",
+			yaml: true,
 			in:   "# from a file\napiVersion: rdma.dra.dev/v1alpha1\nkind: HcaConfig\nmanagementDevices: true\nenv: false\n",
 			want: &HcaConfig{TypeMeta: typeMeta, ManagementDevices: ptr(true), Env: ptr(false)},
 		},
 		{
 			name: "YAML with a leading document marker",
+			yaml: true,
 			in:   "---\napiVersion: rdma.dra.dev/v1alpha1\nkind: HcaConfig\nenv: yes\n---\n",
 			want: &HcaConfig{TypeMeta: typeMeta, Env: ptr(true)},
 		},
@@ -75,6 +82,7 @@ func TestDecode(t *testing.T) {
 		},
 		{
 			name: "addressFamily in YAML, and null",
+			yaml: true,
 			in:   "apiVersion: rdma.dra.dev/v1alpha1\nkind: HcaConfig\naddressFamily: ~\n",
 			want: &HcaConfig{TypeMeta: typeMeta},
 		},
@@ -125,6 +133,7 @@ func TestDecode(t *testing.T) {
 		},
 		{
 			name:    "duplicate YAML key",
+			yaml:    true,
 			in:      "apiVersion: rdma.dra.dev/v1alpha1\nkind: HcaConfig\nenv: true\nenv: false\n",
 			wantErr: `key "env" already set`,
 		},
@@ -200,6 +209,7 @@ func TestDecode(t *testing.T) {
 		},
 		{
 			name:    "garbage",
+			yaml:    true,
 			in:      "\x00\xff not a config",
 			wantErr: "HcaConfig: invalid YAML",
 		},
@@ -210,47 +220,113 @@ func TestDecode(t *testing.T) {
 		},
 		{
 			name:    "YAML scalar",
+			yaml:    true,
 			in:      "managementDevices",
 			wantErr: "HcaConfig: want a JSON object, got a string",
 		},
 		{
 			name:    "YAML comment only",
+			yaml:    true,
 			in:      "# nothing\n",
 			wantErr: "HcaConfig: want a JSON object, got null",
 		},
 		{
 			name:    "two YAML documents",
+			yaml:    true,
 			in:      "apiVersion: rdma.dra.dev/v1alpha1\nkind: HcaConfig\n---\napiVersion: rdma.dra.dev/v1alpha1\nkind: HcaConfig\nenv: false\n",
 			wantErr: "HcaConfig: more than one YAML document",
 		},
 		{
 			name:    "YAML bad type",
+			yaml:    true,
 			in:      "apiVersion: rdma.dra.dev/v1alpha1\nkind: HcaConfig\nenv: maybe\n",
 			wantErr: `env: want a boolean, got "maybe"`,
+		},
+		{
+			name:    "a field name in another case is unknown, apiVersion too",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","Kind":"Other"}`,
+			wantErr: `HcaConfig: unknown field "Kind" (known fields: apiVersion, kind,`,
+		},
+		{
+			name:    "every unknown and duplicate field, the known ones once",
+			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","foo":1,"env":true,"bar":{},"env":false}`,
+			wantErr: `HcaConfig: unknown field "foo", unknown field "bar", duplicate field "env" (known fields: apiVersion, kind, managementDevices, env, addressFamily, pkey, moveNetdev)`,
+		},
+		{
+			name:    "duplicate apiVersion",
+			in:      `{"apiVersion":"rdma.dra.dev/v1","kind":"HcaConfig","apiVersion":"rdma.dra.dev/v1alpha1"}`,
+			wantErr: `HcaConfig: duplicate field "apiVersion"`,
+		},
+		{
+			name:    "apiVersion null",
+			in:      `{"apiVersion":null,"kind":"HcaConfig"}`,
+			wantErr: `apiVersion: want a string, got null`,
+		},
+		{
+			name: "at the size bound",
+			in:   minimal + strings.Repeat(" ", MaxParametersLength-len(minimal)),
+			want: &HcaConfig{TypeMeta: typeMeta},
+		},
+		{
+			name:    "over the size bound",
+			in:      minimal + strings.Repeat(" ", MaxParametersLength-len(minimal)+1),
+			wantErr: "HcaConfig: 10241 bytes; want at most 10240, the API server's bound for opaque parameters",
+		},
+		{
+			name:    "YAML over the size bound",
+			yaml:    true,
+			in:      "apiVersion: rdma.dra.dev/v1alpha1\nkind: HcaConfig\n" + strings.Repeat("#", MaxParametersLength),
+			wantErr: "want at most 10240",
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Decode([]byte(tt.in))
-			if tt.wantErr != "" {
-				if err == nil {
-					t.Fatalf("Decode(%q) = %+v, want an error containing %q", tt.in, got, tt.wantErr)
-				}
-				if !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("Decode(%q) error = %q, want it to contain %q", tt.in, err, tt.wantErr)
-				}
-				if got != nil {
-					t.Errorf("Decode(%q) returned %+v along with the error", tt.in, got)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("Decode(%q): %v", tt.in, err)
-			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("Decode(%q) = %s, want %s", tt.in, show(got), show(tt.want))
+			got, err := DecodeYAML([]byte(tt.in))
+			checkDecoded(t, "DecodeYAML", tt.in, got, err, tt.want, tt.wantErr)
+			if !tt.yaml {
+				got, err := Decode([]byte(tt.in))
+				checkDecoded(t, "Decode", tt.in, got, err, tt.want, tt.wantErr)
 			}
 		})
+	}
+}
+
+// checkDecoded fails t unless a decoder returned want, or an error
+// containing wantErr and no config.
+func checkDecoded(t *testing.T, decoder, input string, got *HcaConfig, err error, want *HcaConfig, wantErr string) {
+	t.Helper()
+	in := input
+	if len(in) > 100 {
+		in = in[:100] + "..."
+	}
+	if wantErr != "" {
+		if err == nil {
+			t.Errorf("%s(%q) = %s, want an error containing %q", decoder, in, show(got), wantErr)
+		} else if !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("%s(%q) error = %q, want it to contain %q", decoder, in, err, wantErr)
+		}
+		if got != nil {
+			t.Errorf("%s(%q) returned %s along with the error", decoder, in, show(got))
+		}
+		return
+	}
+	if err != nil {
+		t.Errorf("%s(%q): %v", decoder, in, err)
+	} else if !reflect.DeepEqual(got, want) {
+		t.Errorf("%s(%q) = %s, want %s", decoder, in, show(got), show(want))
+	}
+}
+
+// TestDecodeTakesJSONOnly: the API server hands parameters over as JSON;
+// the driver's decoder does not guess at YAML.
+func TestDecodeTakesJSONOnly(t *testing.T) {
+	in := "apiVersion: rdma.dra.dev/v1alpha1\nkind: HcaConfig\nenv: false\n"
+	if c, err := DecodeYAML([]byte(in)); err != nil || *c.Env {
+		t.Fatalf("DecodeYAML(%q) = %s, %v; want env false", in, show(c), err)
+	}
+	c, err := Decode([]byte(in))
+	if want := "HcaConfig: invalid JSON at byte 1: invalid character 'a' looking for beginning of value"; err == nil || err.Error() != want {
+		t.Fatalf("Decode(%q) = %s, %v; want %q", in, show(c), err, want)
 	}
 }
 
@@ -396,4 +472,16 @@ func TestDefaultHcaConfigIsFresh(t *testing.T) {
 func show(c *HcaConfig) string {
 	b, _ := json.Marshal(c)
 	return string(b)
+}
+
+// BenchmarkDecode decodes a claim's config as prepare does, once per
+// opaque config.
+func BenchmarkDecode(b *testing.B) {
+	raw := []byte(`{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","managementDevices":true,"env":false,"addressFamily":"IPv6","pkey":"0x8001"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Decode(raw); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

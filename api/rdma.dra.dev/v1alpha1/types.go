@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,8 @@ import (
 // TypeMeta is the apimachinery type rather than a local copy: the driver
 // links apimachinery anyway, and it keeps the type registrable in a
 // runtime.Scheme (say, for a validating webhook) without changing its shape.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 type HcaConfig struct {
 	metav1.TypeMeta `json:",inline"`
 
@@ -145,26 +148,20 @@ func checkTypeMeta(field, got, want string) error {
 // before the claim's so the claim wins.
 //
 // The result has every field set and shares no pointer with the inputs.
+// Every field but TypeMeta is a pointer (a test checks), so Merge needs no
+// list of them.
 func Merge(configs ...*HcaConfig) *HcaConfig {
 	out := DefaultHcaConfig()
+	dst := reflect.ValueOf(out).Elem()
 	for _, c := range configs {
 		if c == nil {
 			continue
 		}
-		if c.ManagementDevices != nil {
-			out.ManagementDevices = ptr(*c.ManagementDevices)
-		}
-		if c.Env != nil {
-			out.Env = ptr(*c.Env)
-		}
-		if c.AddressFamily != nil {
-			out.AddressFamily = ptr(*c.AddressFamily)
-		}
-		if c.PKey != nil {
-			out.PKey = ptr(*c.PKey)
-		}
-		if c.MoveNetdev != nil {
-			out.MoveNetdev = ptr(*c.MoveNetdev)
+		src := reflect.ValueOf(c.DeepCopy()).Elem()
+		for i := range src.NumField() {
+			if f := src.Field(i); f.Kind() == reflect.Pointer && !f.IsNil() {
+				dst.Field(i).Set(f)
+			}
 		}
 	}
 	return out
