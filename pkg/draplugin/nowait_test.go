@@ -95,7 +95,7 @@ func TestUnprepareCheckDoesNotDelayPrepare(t *testing.T) {
 	ev := &events{}
 	view := &heldView{hostView: &hostView{node: e.node, held: map[string]bool{}}, ev: ev,
 		entered: make(chan struct{}), release: make(chan struct{})}
-	e.hostRDMA, e.metrics = view, draplugin.NewMetrics()
+	e.deps.hostRDMA, e.deps.metrics = view, draplugin.NewMetrics()
 	e.start()
 	moved := e.claim("moved", hostNetworkPod("p", false), one("mlx5-3"))
 	e.mustPrepare(moved)
@@ -129,7 +129,7 @@ func TestUnprepareCheckDoesNotDelayPrepare(t *testing.T) {
 	}
 	close(view.release) // the kernel still holds it: a warning
 	e.drv.WaitReturnChecks()
-	if v := metricValue(t, e.metrics, "rdma_dra_netns_not_returned_total", "hca", "mlx5_3"); v != 1 {
+	if v := metricValue(t, e.deps.metrics, "rdma_dra_netns_not_returned_total", "hca", "mlx5_3"); v != 1 {
 		t.Errorf("netns_not_returned_total{hca=mlx5_3} = %v, want 1 (the check still warns); events: %s", v, ev)
 	}
 	t.Logf("events: %s", ev)
@@ -161,7 +161,7 @@ func TestPodLookupDoesNotBlockRescan(t *testing.T) {
 	e := newEnv(t)
 	ev := &events{}
 	pods := &heldPods{ev: ev, entered: make(chan struct{}), release: make(chan struct{})}
-	e.pods = func(inner draplugin.PodGetter) draplugin.PodGetter { pods.inner = inner; return pods }
+	e.deps.pods = func(inner draplugin.PodGetter) draplugin.PodGetter { pods.inner = inner; return pods }
 	e.start()
 	c := e.claim("c", hostNetworkPod("p", true), one("mlx5-2"))
 
