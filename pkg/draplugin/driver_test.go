@@ -1006,7 +1006,6 @@ func TestDeviceMetadataInContainer(t *testing.T) {
 	}
 }
 
-
 // A claim that consumes hcaHandles/hcaObjects on a shared HCA gets the
 // hook that sets its containers' rdma.max; one that asks nothing does not.
 func TestLimitsBecomeTheHook(t *testing.T) {
