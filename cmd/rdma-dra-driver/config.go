@@ -51,11 +51,11 @@ func legacyHooks(o *options, dcfg draplugin.Config) legacy.Hooks {
 		return legacy.Hooks{}
 	}
 	h := legacy.Hooks{HookPath: o.hookPath, HostNetworkOnly: !o.allowNonHostNetwork}
-	if dcfg.HCAHandles > 0 {
-		h.HCAHandles = min(o.defaultHCAHandles, dcfg.HCAHandles)
+	if dcfg.Limits.Handles > 0 {
+		h.HCAHandles = min(o.defaultHCAHandles, dcfg.Limits.Handles)
 	}
-	if dcfg.HCAObjects > 0 {
-		h.HCAObjects = min(o.defaultHCAObjects, dcfg.HCAObjects)
+	if dcfg.Limits.Objects > 0 {
+		h.HCAObjects = min(o.defaultHCAObjects, dcfg.Limits.Objects)
 	}
 	return h
 }
@@ -92,8 +92,8 @@ func driverConfig(logger klog.Logger, o *options, pluginDir string) draplugin.Co
 	}
 	if o.sharing == sharingShared {
 		dcfg.Shares = o.sharesPerHCA
-		dcfg.HCAHandles, dcfg.HCAObjects, dcfg.HookPath = rdmaLimits(logger, o)
-		dcfg.DefaultHCAHandles, dcfg.DefaultHCAObjects, dcfg.RequireHCALimits = o.defaultHCAHandles, o.defaultHCAObjects, o.requireHCALimits
+		dcfg.Limits.Handles, dcfg.Limits.Objects, dcfg.HookPath = rdmaLimits(logger, o)
+		dcfg.Limits.DefaultHandles, dcfg.Limits.DefaultObjects, dcfg.Limits.Require = o.defaultHCAHandles, o.defaultHCAObjects, o.requireHCALimits
 	}
 	if filepath.IsAbs(o.hookPath) {
 		// Also for moving HCAs into pods' network namespaces (exclusive

@@ -65,12 +65,13 @@ func newDaemon(ctx context.Context, o *options, client kubernetes.Interface, dir
 	}
 	dmn := &daemon{metrics: draplugin.NewMetrics()}
 	registerBuildInfo(dmn.metrics.Registry, build)
+	specs := cdi.NewSpecDir(o.cdiRoot)
 	deps := draplugin.Deps{
 		// RDMA netlink adds the netns mode and soft-iWARP's netdev; only for
 		// the host's /sys, never for a simulated tree.
-		Inventory: hca.NewDiscoverer(hca.WithSysfsRoot(o.sysfsRoot), hca.WithDevRoot(o.devRoot),
+		HCAs: hca.NewDiscoverer(hca.WithSysfsRoot(o.sysfsRoot), hca.WithDevRoot(o.devRoot),
 			hca.WithNetlink(hca.HostNetlink(o.sysfsRoot)), hca.WithFullRescanInterval(o.fullRescanInterval)),
-		SpecDir: cdi.NewSpecDir(o.cdiRoot),
+		SpecDir: specs,
 		// Every claim is recorded with the boot ID, and a reboot discards
 		// the claims of the previous boot: the checkpoint need only survive
 		// kills, which it does without fsync (checkpoint.BootScoped).
@@ -106,7 +107,7 @@ func newDaemon(ctx context.Context, o *options, client kubernetes.Interface, dir
 	deps.HostLinks = rdmanl.RouteClient{}
 	deps.NodeIPs = draplugin.NodeGetter{Nodes: client.CoreV1().Nodes(), Name: o.nodeName}
 	if o.legacyRoute == legacyDevicePlugin {
-		shim, err := newShim(o, dcfg, deps.SpecDir)
+		shim, err := newShim(o, dcfg, specs)
 		if err != nil {
 			return nil, err
 		}

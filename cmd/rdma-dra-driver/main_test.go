@@ -83,7 +83,7 @@ func TestSocketHealth(t *testing.T) {
 	defer cancel()
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vm01"}})
 	d, err := draplugin.New(ctx, draplugin.Config{DriverName: "rdma.dra.dev", NodeName: "vm01", AllowNonHostNetwork: true}, draplugin.Deps{
-		Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(node.SysfsRoot), hca.WithDevRoot(node.DevRoot)),
+		HCAs:       hca.NewDiscoverer(hca.WithSysfsRoot(node.SysfsRoot), hca.WithDevRoot(node.DevRoot)),
 		SpecDir:    cdi.NewSpecDir(filepath.Join(dir, "cdi")),
 		Checkpoint: checkpoint.NewStore(filepath.Join(pluginDir, "checkpoint.json")),
 	})

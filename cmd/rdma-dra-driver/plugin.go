@@ -19,6 +19,11 @@ func startPlugin(ctx context.Context, o *options, client kubernetes.Interface, d
 		kubeletplugin.KubeClient(client),
 		kubeletplugin.PluginDataDirectoryPath(dirs.plugin),
 		kubeletplugin.RegistrarDirectoryPath(dirs.registry),
+		// The driver orders the calls itself (pkg/draplugin/claims.go):
+		// prepares of different claims run in parallel, also across the
+		// old and the new daemon of a rolling update, which share the
+		// checkpoint and its file lock.
+		kubeletplugin.Serialize(false),
 	}
 	if o.podUID != "" {
 		helperOpts = append(helperOpts, kubeletplugin.RollingUpdate(types.UID(o.podUID)))

@@ -31,9 +31,9 @@ func BenchmarkPrepare(b *testing.B) {
 
 func benchPrepare(b *testing.B, fsync bool, inFlight int) {
 	e := newEnv(b)
-	e.allowNonHN = true
+	e.cfg.AllowNonHostNetwork = true
 	if !fsync {
-		e.storeOpts = []checkpoint.Option{checkpoint.BootScoped()}
+		e.deps.storeOpts = []checkpoint.Option{checkpoint.BootScoped()}
 	}
 	e.start()
 	// One claim per HCA and worker slot; workers take claims round-robin so

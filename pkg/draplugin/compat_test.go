@@ -29,7 +29,7 @@ func TestNewerCheckpointRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = draplugin.New(context.Background(), draplugin.Config{DriverName: driverName, NodeName: nodeName, AllowNonHostNetwork: true}, draplugin.Deps{
-		Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(e.node.SysfsRoot), hca.WithDevRoot(e.node.DevRoot), hca.WithReadFile(e.node.ReadFile)),
+		HCAs:       hca.NewDiscoverer(hca.WithSysfsRoot(e.node.SysfsRoot), hca.WithDevRoot(e.node.DevRoot), hca.WithReadFile(e.node.ReadFile)),
 		SpecDir:    cdi.NewSpecDir(e.cdiDir),
 		Checkpoint: checkpoint.NewStore(e.checkpointPath()),
 		BootID:     bootB,

@@ -58,7 +58,7 @@ func TestCorruptCheckpointOfEarlierBoot(t *testing.T) {
 			}
 			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 			d, err := New(klog.NewContext(t.Context(), logger), Config{DriverName: "rdma.dra.dev", NodeName: "vm01", AllowNonHostNetwork: true, RescanInterval: time.Hour}, Deps{
-				Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(node.SysfsRoot), hca.WithDevRoot(node.DevRoot)),
+				HCAs:       hca.NewDiscoverer(hca.WithSysfsRoot(node.SysfsRoot), hca.WithDevRoot(node.DevRoot)),
 				SpecDir:    cdi.NewSpecDir(filepath.Join(dir, "cdi")),
 				Checkpoint: checkpoint.NewStore(path, checkpoint.BootScoped()),
 				BootID:     "7e6d5c4b-2222-4a5b-8c9d-ba9876543210",

@@ -3,6 +3,7 @@ package draplugin
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -10,7 +11,7 @@ import (
 // cancels the calls in flight: a prepare that finished on our side reaches
 // the kubelet as an error, and the kubelet asks the next daemon of a
 // rolling update again. Drain, on the way out and before the helper stops,
-// lets the call in flight finish and answer, and keeps later calls from
+// lets the calls in flight finish and answer, and keeps later calls from
 // doing anything: they wait for their cancellation and the kubelet sends
 // them to the next daemon, which does the work once.
 
@@ -21,29 +22,54 @@ var errDraining = errors.New("the driver is stopping; the kubelet retries with t
 // drainWait bounds how long a call after Drain waits for its cancellation.
 const drainWait = 30 * time.Second
 
-// Drain waits for the prepare or unprepare in flight to finish, then
-// gives its answer flush to reach the kubelet. Calls that take the lock
-// after Drain began return without touching any state.
-func (d *Driver) Drain(flush time.Duration) {
-	d.draining.Store(true)
-	d.mu.Lock()
-	//nolint:staticcheck // an empty critical section: waiting for the holder is the point
-	d.mu.Unlock()
-	time.Sleep(flush)
+// callGate counts the kubelet's calls in flight and closes to new ones.
+type callGate struct {
+	mu       sync.Mutex
+	draining bool
+	inFlight sync.WaitGroup
 }
 
-// refuseWhileDraining is called with mu held at the start of a call: when
-// the driver is draining it releases mu, waits for the call's
-// cancellation, and returns the error to answer with.
-func (d *Driver) refuseWhileDraining(ctx context.Context) error {
-	if !d.draining.Load() {
-		return nil
+// enter admits a call, which must call the returned done when it ends; a
+// call after Drain is refused: it waits for its cancellation (or
+// drainWait) and returns the error to answer with.
+func (g *callGate) enter(ctx context.Context) (done func(), err error) {
+	if g.admit() {
+		return g.inFlight.Done, nil
 	}
-	d.mu.Unlock()
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	case <-time.After(drainWait):
-		return errDraining
+		return nil, errDraining
 	}
+}
+
+func (g *callGate) admit() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.draining {
+		return false
+	}
+	g.inFlight.Add(1)
+	return true
+}
+
+// close refuses new calls and waits for those in flight.
+func (g *callGate) close() {
+	g.refuse()
+	g.inFlight.Wait()
+}
+
+func (g *callGate) refuse() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.draining = true
+}
+
+// Drain waits for the prepares and unprepares in flight to finish, then
+// gives their answers flush to reach the kubelet. Calls that come after
+// Drain began return without touching any state.
+func (d *Driver) Drain(flush time.Duration) {
+	d.calls.close()
+	time.Sleep(flush)
 }

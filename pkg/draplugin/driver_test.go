@@ -48,34 +48,42 @@ const (
 )
 
 // env is one node: a simulated dgx-h100, a fake API server and the driver
-// serving its real sockets.
+// serving its real sockets. newEnv sets the defaults; a test changes cfg
+// and deps before start.
 type env struct {
-	t           testing.TB
-	node        *hcatest.Node
-	client      *fake.Clientset
-	cdiDir      string
-	stateDir    string
-	pluginDir   string
-	registryDir string
-	bootID      string
-	allowNonHN  bool
-	storeOpts   []checkpoint.Option
-	portPoll    time.Duration
-	shares      int64  // shared mode when > 0
-	legacy      int64  // legacy device when > 0
-	metadata    bool   // device metadata files (KEP-5304)
-	hook        string // RDMA cgroup limits with this hook path, when set
-	hookPath    string // the hook's path without limits (netns moves)
-	hostRDMA    draplugin.HostRDMA
-	hostLinks   draplugin.HostLinks // the moveNetdev check's; the Node's InternalIPs come from client
-	metrics     *draplugin.Metrics
-	policy      func(*draplugin.Config) // adjusts the config before start
-	claimStatus bool                    // the driver writes claims' status.devices
-	// helperOpts are more options for the helper.
-	helperOpts []kubeletplugin.Option
-	// pods, if set, wraps the pod lookup (to watch or hold it).
-	pods func(draplugin.PodGetter) draplugin.PodGetter
+	t      testing.TB
+	node   *hcatest.Node
+	client *fake.Clientset
+	envDirs
+	bootID string
+	cfg    draplugin.Config // the driver's settings
+	deps   envDeps
+	*running
+}
 
+// envDirs are where the node keeps its files.
+type envDirs struct {
+	cdiDir, stateDir, pluginDir, registryDir string
+}
+
+// envDeps are the driver's collaborators and the helper's options beyond
+// the defaults.
+type envDeps struct {
+	storeOpts []checkpoint.Option
+	hostRDMA  draplugin.HostRDMA
+	hostLinks draplugin.HostLinks // the moveNetdev check's; the Node's InternalIPs come from client
+	metrics   *draplugin.Metrics
+	// claimStatus has the driver write claims' status.devices.
+	claimStatus bool
+	helperOpts  []kubeletplugin.Option
+	// pods and specs, if set, wrap the pod lookup and the CDI spec
+	// directory (to watch or hold them).
+	pods  func(draplugin.PodGetter) draplugin.PodGetter
+	specs func(draplugin.CDISpecs) draplugin.CDISpecs
+}
+
+// running is a started driver instance.
+type running struct {
 	drv    *draplugin.Driver
 	helper *kubeletplugin.Helper
 	cancel context.CancelFunc
@@ -95,14 +103,20 @@ func newEnv(t testing.TB) *env {
 		t.Fatal(err)
 	}
 	e := &env{
-		t:           t,
-		node:        node,
-		client:      fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}}),
-		cdiDir:      filepath.Join(dir, "cdi"),
-		stateDir:    filepath.Join(dir, "state"),
-		pluginDir:   filepath.Join(dir, "plugins", driverName),
-		registryDir: filepath.Join(dir, "plugins_registry"),
-		bootID:      bootA,
+		t:      t,
+		node:   node,
+		client: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}}),
+		envDirs: envDirs{
+			cdiDir:      filepath.Join(dir, "cdi"),
+			stateDir:    filepath.Join(dir, "state"),
+			pluginDir:   filepath.Join(dir, "plugins", driverName),
+			registryDir: filepath.Join(dir, "plugins_registry"),
+		},
+		bootID: bootA,
+		cfg: draplugin.Config{
+			DriverName: driverName, NodeName: nodeName, HostDevRoot: node.DevRoot,
+			RescanInterval: time.Hour, TaintUnhealthy: true,
+		},
 	}
 	for _, d := range []string{e.cdiDir, e.stateDir, e.pluginDir, e.registryDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -113,6 +127,13 @@ func newEnv(t testing.TB) *env {
 	return e
 }
 
+// withLimits publishes the RDMA cgroup capacities (shared mode), enforced
+// by the hook at hook.
+func (e *env) withLimits(hook string) {
+	e.cfg.HookPath = hook
+	e.cfg.Limits.Handles, e.cfg.Limits.Objects = 64, 4096
+}
+
 type podGetter struct{ client *fake.Clientset }
 
 func (p podGetter) GetPod(ctx context.Context, ns, name string, _ types.UID) (*corev1.Pod, error) {
@@ -121,70 +142,68 @@ func (p podGetter) GetPod(ctx context.Context, ns, name string, _ types.UID) (*c
 
 func (e *env) checkpointPath() string { return filepath.Join(e.stateDir, "checkpoint.json") }
 
-// start runs a driver instance on the env's directories.
+// start runs a driver instance on the env's directories, with the helper
+// as the daemon starts it (calls not serialized).
 func (e *env) start() {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	e.cancel = cancel
 	var pods draplugin.PodGetter = podGetter{e.client}
-	if e.pods != nil {
-		pods = e.pods(pods)
+	if e.deps.pods != nil {
+		pods = e.deps.pods(pods)
 	}
-	cfg := draplugin.Config{
-		DriverName: driverName, NodeName: nodeName, HostDevRoot: e.node.DevRoot,
-		AllowNonHostNetwork: e.allowNonHN, RescanInterval: time.Hour,
-		Shares: e.shares, LegacyShares: e.legacy, TaintUnhealthy: true, PortPollInterval: e.portPoll,
-		DeviceMetadata: e.metadata, PluginDataDir: e.pluginDir,
-		HookPath: e.hook + e.hookPath, HCAHandles: limitIf(e.hook, 64), HCAObjects: limitIf(e.hook, 4096),
+	var specs draplugin.CDISpecs = cdi.NewSpecDir(e.cdiDir)
+	if e.deps.specs != nil {
+		specs = e.deps.specs(specs)
 	}
-	if e.policy != nil {
-		e.policy(&cfg)
-	}
+	cfg := e.cfg
+	cfg.PluginDataDir = e.pluginDir
 	drv, err := draplugin.New(ctx, cfg, draplugin.Deps{
-		HostRDMA:   e.hostRDMA,
-		HostLinks:  e.hostLinks,
+		HostRDMA:   e.deps.hostRDMA,
+		HostLinks:  e.deps.hostLinks,
 		NodeIPs:    draplugin.NodeGetter{Nodes: e.client.CoreV1().Nodes(), Name: nodeName},
-		Metrics:    e.metrics,
-		Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(e.node.SysfsRoot), hca.WithDevRoot(e.node.DevRoot), hca.WithReadFile(e.node.ReadFile)),
+		Metrics:    e.deps.metrics,
+		HCAs:       hca.NewDiscoverer(hca.WithSysfsRoot(e.node.SysfsRoot), hca.WithDevRoot(e.node.DevRoot), hca.WithReadFile(e.node.ReadFile)),
 		Pods:       pods,
-		SpecDir:    cdi.NewSpecDir(e.cdiDir),
-		Checkpoint: checkpoint.NewStore(e.checkpointPath(), e.storeOpts...),
+		SpecDir:    specs,
+		Checkpoint: checkpoint.NewStore(e.checkpointPath(), e.deps.storeOpts...),
 		BootID:     e.bootID,
 		Claims:     e.claims(),
 	})
 	if err != nil {
+		cancel()
 		e.t.Fatalf("starting the driver: %v", err)
 	}
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(driverName), kubeletplugin.NodeName(nodeName), kubeletplugin.KubeClient(e.client),
 		kubeletplugin.PluginDataDirectoryPath(e.pluginDir), kubeletplugin.RegistrarDirectoryPath(e.registryDir),
+		kubeletplugin.Serialize(false),
 	}
-	helper, err := kubeletplugin.Start(ctx, drv, append(opts, e.helperOpts...)...)
+	helper, err := kubeletplugin.Start(ctx, drv, append(opts, e.deps.helperOpts...)...)
 	if err != nil {
+		cancel()
 		e.t.Fatalf("starting the helper: %v", err)
 	}
 	if err := drv.SetPublisher(ctx, helper); err != nil {
 		e.t.Fatal(err)
 	}
 	go drv.Run(ctx)
-	e.drv, e.helper = drv, helper
 	conn, err := grpc.NewClient("unix://"+filepath.Join(e.pluginDir, "dra.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.conn, e.dra = conn, drapb.NewDRAPluginClient(conn)
+	e.running = &running{drv: drv, helper: helper, cancel: cancel, conn: conn, dra: drapb.NewDRAPluginClient(conn)}
 }
 
 // stop ends the instance the way a SIGKILL would leave the disk: nothing
 // is flushed beyond what each call already made durable.
 func (e *env) stop() {
-	if e.helper == nil {
+	if e.running == nil {
 		return
 	}
 	e.conn.Close()
 	e.helper.Stop()
 	e.cancel()
-	e.helper, e.drv = nil, nil
+	e.running = nil
 }
 
 func hostNetworkPod(name string, hostNetwork bool) *corev1.Pod {
@@ -403,11 +422,11 @@ func TestPrepareExposesOnlyTheClaimsHCA(t *testing.T) {
 func TestPrepareIsIdempotent(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.metrics = draplugin.NewMetrics()
+	e.deps.metrics = draplugin.NewMetrics()
 	e.start()
 	c := e.claim("idem", hostNetworkPod("p1", true), one("mlx5-0"))
 	first := e.mustPrepare(c)
-	if v := metricValue(t, e.metrics, "rdma_dra_prepare_repeated_claims_total", "", ""); v != 0 {
+	if v := metricValue(t, e.deps.metrics, "rdma_dra_prepare_repeated_claims_total", "", ""); v != 0 {
 		t.Errorf("after the first prepare, prepare_repeated_claims_total = %v, want 0", v)
 	}
 	spec := filepath.Join(e.cdiDir, cdiapi.GenerateTransientSpecName(cdi.Vendor, cdi.Class, string(c.UID))+".json")
@@ -422,7 +441,7 @@ func TestPrepareIsIdempotent(t *testing.T) {
 	if !slices.Equal(first, second) {
 		t.Errorf("second prepare = %v, first %v", second, first)
 	}
-	if v := metricValue(t, e.metrics, "rdma_dra_prepare_repeated_claims_total", "", ""); v != 1 {
+	if v := metricValue(t, e.deps.metrics, "rdma_dra_prepare_repeated_claims_total", "", ""); v != 1 {
 		t.Errorf("after the kubelet asked again, prepare_repeated_claims_total = %v, want 1", v)
 	}
 	after, err := os.ReadFile(spec)
@@ -534,7 +553,7 @@ func TestHostNetworkPolicy(t *testing.T) {
 		t.Run(fmt.Sprintf("allow=%v", allow), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			e.allowNonHN = allow
+			e.cfg.AllowNonHostNetwork = allow
 			e.start()
 			c := e.claim("podnet", hostNetworkPod("podnet", false), one("mlx5-0"))
 			r := e.prepare(c)[string(c.UID)]
@@ -768,7 +787,7 @@ func shared(device, share string) []allocated {
 func TestSharedMode(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.shares = 1000
+	e.cfg.Shares = 1000
 	e.start()
 	a := e.claim("a", hostNetworkPod("pa", true), shared("mlx5-0", "11111111-aaaa-4aaa-8aaa-000000000001"))
 	b := e.claim("b", hostNetworkPod("pb", true), shared("mlx5-0", "11111111-aaaa-4aaa-8aaa-000000000002"))
@@ -793,7 +812,7 @@ func TestSharedMode(t *testing.T) {
 func TestLegacyDevice(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.shares, e.legacy = 1000, 1000
+	e.cfg.Shares, e.cfg.LegacyShares = 1000, 1000
 	e.start()
 	l1 := e.claim("legacy-1", hostNetworkPod("l1", true), shared("legacy-rdma-hca", "22222222-aaaa-4aaa-8aaa-000000000001"))
 	l2 := e.claim("legacy-2", hostNetworkPod("l2", true), shared("legacy-rdma-hca", "22222222-aaaa-4aaa-8aaa-000000000002"))
@@ -870,7 +889,7 @@ func TestGIDHintsFollowThePodNetwork(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			e.allowNonHN = true
+			e.cfg.AllowNonHostNetwork = true
 			e.start()
 			c := e.claim("roce", hostNetworkPod("p", tt.hostNetwork), one("mlx5-8"), tt.config...)
 			s := e.container(e.mustPrepare(c)...)
@@ -892,7 +911,7 @@ func TestGIDHintsFollowThePodNetwork(t *testing.T) {
 	t.Run("mixed", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
-		e.allowNonHN = true
+		e.cfg.AllowNonHostNetwork = true
 		e.start()
 		c := e.claim("two", hostNetworkPod("p", false), []allocated{{request: "a", device: "mlx5-8"}, {request: "b", device: "mlx5-9"}})
 		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{{
@@ -918,7 +937,7 @@ func TestGIDHintsFollowThePodNetwork(t *testing.T) {
 func TestDeviceMetadataInContainer(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.metadata = true
+	e.cfg.DeviceMetadata = true
 	e.start()
 	c := e.claim("meta", hostNetworkPod("p", true), one("mlx5-8"))
 	ids := e.mustPrepare(c)
@@ -987,19 +1006,13 @@ func TestDeviceMetadataInContainer(t *testing.T) {
 	}
 }
 
-func limitIf(hook string, n int64) int64 {
-	if hook == "" {
-		return 0
-	}
-	return n
-}
-
 // A claim that consumes hcaHandles/hcaObjects on a shared HCA gets the
 // hook that sets its containers' rdma.max; one that asks nothing does not.
 func TestLimitsBecomeTheHook(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.shares, e.hook = 1000, "/opt/rdma-dra-driver/bin/rdma-dra-hook"
+	e.cfg.Shares = 1000
+	e.withLimits("/opt/rdma-dra-driver/bin/rdma-dra-hook")
 	e.start()
 
 	published := waitForSlices(t, e)
@@ -1034,8 +1047,8 @@ func TestLimitsBecomeTheHook(t *testing.T) {
 				if h.Args[1] != "limit" {
 					continue // the hostNetwork check: policy_test.go
 				}
-				if h.Path != e.hook || h.Timeout == nil {
-					t.Errorf("%s: hook %+v, want path %s and a timeout", tt.name, h, e.hook)
+				if h.Path != e.cfg.HookPath || h.Timeout == nil {
+					t.Errorf("%s: hook %+v, want path %s and a timeout", tt.name, h, e.cfg.HookPath)
 				}
 				got = h.Args
 			}
@@ -1084,7 +1097,7 @@ func TestPKey(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			e.metadata = true
+			e.cfg.DeviceMetadata = true
 			e.start()
 			c := e.claim("pk", hostNetworkPod("p", true), one(tt.device), cfg(tt.pkey))
 			r := e.prepare(c)[string(c.UID)]

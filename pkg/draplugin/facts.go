@@ -1,6 +1,10 @@
 package draplugin
 
-// What a claim needs from outside the driver's lock (pods, P_Key tables) and its limits, gathered before prepare takes the lock so rescans are not held up.
+// What resolving a claim needs from outside the driver's state, gathered
+// before the claim state takes any lock: the claim's configs, its pods
+// (informer lookups that may fall back to an API call), the P_Key tables
+// its configs name (up to 128 sysfs reads a port) and the moveNetdev check
+// (a GET of the Node and netlink route reads).
 
 import (
 	"context"
@@ -14,102 +18,90 @@ import (
 	configapi "github.com/rdma-dra/rdma-dra-driver/api/rdma.dra.dev/v1alpha1"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
-	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 )
 
-// limits reads the RDMA cgroup capacities an allocation consumed.
-func (d *Driver) limits(r resourceapi.DeviceRequestAllocationResult) (*checkpoint.Limits, error) {
-	var l checkpoint.Limits
-	for name, dst := range map[string]*int64{devices.CapacityHCAHandles: &l.HCAHandles, devices.CapacityHCAObjects: &l.HCAObjects} {
-		q, ok := r.ConsumedCapacity[resourceapi.QualifiedName(d.cfg.DriverName+"/"+name)]
-		if !ok {
-			continue
-		}
-		v, exact := q.AsInt64()
-		if !exact || v < 0 {
-			return nil, fmt.Errorf("device %s: consumed capacity %s is %s, want a whole number >= 0", r.Device, name, q.String())
-		}
-		*dst = v
-	}
-	if err := d.limitPolicy(r, &l); err != nil {
-		return nil, err
-	}
-	if l == (checkpoint.Limits{}) {
-		return nil, nil
-	}
-	if d.cfg.HookPath == "" {
-		return nil, fmt.Errorf("device %s: the claim consumed RDMA cgroup limits (%d handles, %d objects), but this node sets none (no rdma cgroup controller, or no hook)", r.Device, l.HCAHandles, l.HCAObjects)
-	}
-	return &l, nil
+// factReader gathers claims' facts.
+type factReader struct {
+	cfg       *Config
+	pods      PodGetter
+	pkeys     PKeyReader
+	hostLinks HostLinks
+	nodeIPs   NodeIPs
+	ips       *nodeIPCache // the InternalIPs as last read, for the hook
 }
 
-// gatherFacts looks up each claim's pods and reads the P_Key tables its
-// configs ask for, from a snapshot of the inventory; resolveLocked checks
-// the snapshot still holds.
-func (d *Driver) gatherFacts(ctx context.Context, claims []*resourceapi.ResourceClaim) []claimFacts {
-	d.mu.Lock()
-	exclusive, byDevice := d.exclusiveLocked(), d.byDevice // byDevice is replaced, never changed
-	d.mu.Unlock()
-	reader, _ := d.source.(PKeyReader)
+// claimFacts is what resolving one claim needs from outside the driver.
+type claimFacts struct {
+	configs    map[string]requestConfig // by request
+	network    cdi.Network
+	networkErr error
+	pkeys      pkeyTables
+	// netdevs is the moveNetdev check of each HCA whose netdevs would
+	// move, by ibdev: nil when they may.
+	netdevs map[string]error
+}
+
+// pkeyTables are P_Key tables read ahead, by ibdev and port.
+type pkeyTables map[portRef]pkeyTable
+
+type portRef struct {
+	ibdev string
+	port  int
+}
+
+type pkeyTable struct {
+	entries []hca.PKey
+	err     error
+}
+
+// gather looks up each claim's pods and reads the P_Key tables its configs
+// ask for, as v has the HCAs.
+func (f *factReader) gather(ctx context.Context, v *view, claims []*resourceapi.ResourceClaim) []claimFacts {
+	exclusive := v.exclusive()
 	out := make([]claimFacts, len(claims))
 	for i, claim := range claims {
-		f := &out[i]
-		f.exclusive = exclusive
-		f.network, f.networkErr = d.claimNetwork(ctx, claim, exclusive)
-		if exclusive && f.network == cdi.NetworkPod && f.networkErr == nil {
-			f.netdevs = d.checkNetdevs(ctx, claim, byDevice)
-		}
-		if claim.Status.Allocation == nil || reader == nil {
+		fc := &out[i]
+		fc.configs = requestConfigs(f.cfg.DriverName, claim)
+		fc.network, fc.networkErr = f.claimNetwork(ctx, claim, exclusive)
+		if claim.Status.Allocation == nil {
 			continue
 		}
-		alloc := claim.Status.Allocation
-		for _, r := range alloc.Devices.Results {
-			if r.Driver != d.cfg.DriverName {
-				continue
+		for _, r := range claim.Status.Allocation.Devices.Results {
+			rc := fc.configs[r.Request]
+			h, ok := v.byDevice[r.Device]
+			if r.Driver != f.cfg.DriverName || rc.err != nil || !ok {
+				continue // resolve says why
 			}
-			cfg, err := configFor(d.cfg.DriverName, alloc.Devices.Config, r.Request)
-			h, ok := byDevice[r.Device]
-			if err != nil || cfg.PKey == nil || !ok {
-				continue // resolveLocked says why
+			if rc.cfg.PKey != nil {
+				fc.readPKeys(f.pkeys, h)
 			}
-			for _, p := range h.Ports {
-				ref := portRef{h.Name, p.Number}
-				if _, done := f.pkeys[ref]; done {
-					continue
+			if exclusive && fc.network == cdi.NetworkPod && fc.networkErr == nil && r.ShareID == nil && *rc.cfg.MoveNetdev {
+				if _, done := fc.netdevs[h.Name]; !done {
+					if fc.netdevs == nil {
+						fc.netdevs = map[string]error{}
+					}
+					fc.netdevs[h.Name] = f.netdevUse(ctx, h)
 				}
-				if f.pkeys == nil {
-					f.pkeys = pkeyTables{}
-				}
-				entries, err := reader.PKeys(h.Name, p.Number)
-				f.pkeys[ref] = pkeyTable{entries, err}
 			}
 		}
 	}
 	return out
 }
 
-// checkNetdevs runs the moveNetdev check (uplink.go) for each HCA of the
-// claim whose netdevs would move into its pod; resolveLocked reads it.
-func (d *Driver) checkNetdevs(ctx context.Context, claim *resourceapi.ResourceClaim, byDevice map[string]hca.HCA) map[string]error {
-	if claim.Status.Allocation == nil {
-		return nil
-	}
-	out := map[string]error{}
-	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver != d.cfg.DriverName || r.ShareID != nil {
+// readPKeys reads the P_Key table of every port of h, once.
+func (fc *claimFacts) readPKeys(reader PKeyReader, h hca.HCA) {
+	for _, p := range h.Ports {
+		ref := portRef{h.Name, p.Number}
+		if _, done := fc.pkeys[ref]; done {
 			continue
 		}
-		cfg, err := d.claimConfig(claim, r.Request)
-		h, ok := byDevice[r.Device]
-		if err != nil || cfg.MoveNetdev == nil || !*cfg.MoveNetdev || !ok {
-			continue // resolveLocked says why, or nothing moves
+		if fc.pkeys == nil {
+			fc.pkeys = pkeyTables{}
 		}
-		if _, done := out[h.Name]; !done {
-			out[h.Name] = d.netdevUse(ctx, h)
-		}
+		entries, err := reader.PKeys(h.Name, p.Number)
+		fc.pkeys[ref] = pkeyTable{entries, err}
 	}
-	return out
 }
 
 // pkeyOf finds the claim's partition in every port of h, in the tables
@@ -126,9 +118,7 @@ func pkeyOf(h hca.HCA, key string, tables pkeyTables) (*checkpoint.PKey, error) 
 	for _, p := range h.Ports {
 		t, ok := tables[portRef{h.Name, p.Number}]
 		if !ok {
-			// Not read ahead: no reader, or the HCA changed since the
-			// snapshot; the kubelet retries.
-			return nil, fmt.Errorf("pkey %s: HCA %s port %d: no P_Key table read (this node's inventory cannot read P_Key tables, or the HCA changed during the prepare)", key, h.Name, p.Number)
+			return nil, fmt.Errorf("pkey %s: HCA %s port %d: no P_Key table read", key, h.Name, p.Number)
 		}
 		table, err := t.entries, t.err
 		if err != nil {
@@ -189,9 +179,9 @@ func familyName(f string) string {
 // In exclusive RDMA netns mode the answer decides whether the HCAs move, so
 // it must be known: a failed lookup is an error there too, and so is a
 // claim reserved for pods both on and off the host network.
-func (d *Driver) claimNetwork(ctx context.Context, claim *resourceapi.ResourceClaim, exclusive bool) (cdi.Network, error) {
-	enforce := !d.cfg.AllowNonHostNetwork
-	if d.pods == nil {
+func (f *factReader) claimNetwork(ctx context.Context, claim *resourceapi.ResourceClaim, exclusive bool) (cdi.Network, error) {
+	enforce := !f.cfg.AllowNonHostNetwork
+	if f.pods == nil {
 		if exclusive {
 			return "", errors.New("this node's RDMA subsystem is in exclusive netns mode, where the HCAs of a pod that is not on the host network move into its namespace, but the driver cannot look pods up")
 		}
@@ -202,7 +192,7 @@ func (d *Driver) claimNetwork(ctx context.Context, claim *resourceapi.ResourceCl
 		if ref.APIGroup != "" || ref.Resource != "pods" {
 			continue
 		}
-		pod, err := d.pods.GetPod(ctx, claim.Namespace, ref.Name, ref.UID)
+		pod, err := f.pods.GetPod(ctx, claim.Namespace, ref.Name, ref.UID)
 		if err == nil && pod.UID != ref.UID {
 			err = fmt.Errorf("pod %s/%s has UID %s, but the claim is reserved for UID %s", claim.Namespace, ref.Name, pod.UID, ref.UID)
 		} else if err != nil {

@@ -115,7 +115,7 @@ func BenchmarkPrepareVsFloor(b *testing.B) {
 	}
 	var variants []*variant
 	base := newEnv(b)
-	base.allowNonHN = true
+	base.cfg.AllowNonHostNetwork = true
 	benchDirs(b, base)
 
 	// The floor, started as the env starts the driver.
@@ -170,13 +170,13 @@ func BenchmarkPrepareVsFloor(b *testing.B) {
 		metadata, help, fsync bool
 	}{{"metadata", true, false, false}, {"no-metadata", false, false, false}, {"metadata-fsync", true, false, true}, {"helper-metadata", false, true, true}} {
 		e := newEnv(b)
-		e.client, e.allowNonHN, e.metadata = base.client, true, v.metadata
+		e.client, e.cfg.AllowNonHostNetwork, e.cfg.DeviceMetadata = base.client, true, v.metadata
 		if !v.fsync {
-			e.storeOpts = []checkpoint.Option{checkpoint.BootScoped()}
+			e.deps.storeOpts = []checkpoint.Option{checkpoint.BootScoped()}
 		}
 		benchDirs(b, e)
 		if v.help {
-			e.helperOpts = []kubeletplugin.Option{kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
+			e.deps.helperOpts = []kubeletplugin.Option{kubeletplugin.EnableDeviceMetadata(true, []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion}),
 				kubeletplugin.CDIDirectory(e.cdiDir)}
 		}
 		e.start()

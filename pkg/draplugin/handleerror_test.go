@@ -38,7 +38,7 @@ func newTestDriver(t testing.TB) *Driver {
 
 // newTestDriverOn returns a driver on a simulated softroce node, following
 // events if not nil, with its discoverer wrapped by wrap if not nil.
-func newTestDriverOn(t testing.TB, portPoll time.Duration, events <-chan kevents.Event, wrap func(Inventory) Inventory) (*Driver, *hcatest.Node) {
+func newTestDriverOn(t testing.TB, portPoll time.Duration, events <-chan kevents.Event, wrap func(HCASource) HCASource) (*Driver, *hcatest.Node) {
 	t.Helper()
 	dir := t.TempDir()
 	spec, _ := hcatest.Preset("softroce")
@@ -46,13 +46,13 @@ func newTestDriverOn(t testing.TB, portPoll time.Duration, events <-chan kevents
 	if err != nil {
 		t.Fatal(err)
 	}
-	var inv Inventory = hca.NewDiscoverer(hca.WithSysfsRoot(node.SysfsRoot), hca.WithDevRoot(node.DevRoot))
+	var inv HCASource = hca.NewDiscoverer(hca.WithSysfsRoot(node.SysfsRoot), hca.WithDevRoot(node.DevRoot))
 	if wrap != nil {
 		inv = wrap(inv)
 	}
 	d, err := New(context.Background(), Config{DriverName: "rdma.dra.dev", NodeName: "vm01", AllowNonHostNetwork: true,
 		TaintUnhealthy: true, PortPollInterval: portPoll, RescanInterval: time.Hour}, Deps{
-		Inventory:    inv,
+		HCAs:         inv,
 		KernelEvents: events,
 		SpecDir:      cdi.NewSpecDir(filepath.Join(dir, "cdi")),
 		Checkpoint:   checkpoint.NewStore(filepath.Join(dir, "checkpoint.json")),
@@ -88,7 +88,7 @@ func TestHandleError(t *testing.T) {
 			}
 			d.HandleError(context.Background(), tt.err, "publishing")
 			select {
-			case <-d.retryCh:
+			case <-d.pub.retryCh:
 				if !tt.wantRetry {
 					t.Error("a transient error scheduled a republish")
 				}
@@ -99,7 +99,7 @@ func TestHandleError(t *testing.T) {
 			}
 			if tt.wantRetry {
 				// The next publish goes out even though the inventory is unchanged.
-				if err := d.publish(context.Background()); err != nil || p.calls != 2 {
+				if err := d.pub.publish(context.Background()); err != nil || p.calls != 2 {
 					t.Errorf("republish: err %v, %d publishes, want 2", err, p.calls)
 				}
 			}
@@ -144,7 +144,7 @@ func TestFirstInventoryReachesTheShim(t *testing.T) {
 	}
 	var seen []hca.Inventory
 	_, err = New(context.Background(), Config{DriverName: "rdma.dra.dev", NodeName: "cpu01", AllowNonHostNetwork: true}, Deps{
-		Inventory:   hca.NewDiscoverer(hca.WithSysfsRoot(node.SysfsRoot), hca.WithDevRoot(node.DevRoot)),
+		HCAs:        hca.NewDiscoverer(hca.WithSysfsRoot(node.SysfsRoot), hca.WithDevRoot(node.DevRoot)),
 		SpecDir:     cdi.NewSpecDir(filepath.Join(dir, "cdi")),
 		Checkpoint:  checkpoint.NewStore(filepath.Join(dir, "checkpoint.json")),
 		OnInventory: func(inv hca.Inventory) { seen = append(seen, inv) },

@@ -12,6 +12,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 )
 
@@ -21,36 +22,36 @@ const healthRefresh = 10 * time.Second
 // healthTimeout is the lease the driver asks the kubelet for.
 const healthTimeout = 30 * time.Second
 
-// updateTaintsLocked keeps, for every published device with a problem, the
-// time it was first seen: the taint's TimeAdded must not move between
-// publishes, or every publish would look like a new taint.
-func (d *Driver) updateTaintsLocked(now time.Time) {
-	if !d.cfg.TaintUnhealthy {
-		return
+// taints returns, for every published device of cur with a problem, the
+// time it was first seen, kept from old: the taint's TimeAdded must not
+// move between publishes, or every publish would look like a new taint.
+func taints(cfg *Config, old, cur *view, now time.Time) map[string]metav1.Time {
+	if !cfg.TaintUnhealthy {
+		return nil
 	}
 	next := map[string]metav1.Time{}
-	for name, h := range d.byDevice {
+	for name, h := range cur.byDevice {
 		if h.Problem() == "" {
 			continue
 		}
-		if since, ok := d.taintedSince[name]; ok {
+		if since, ok := old.taintedSince[name]; ok {
 			next[name] = since
 		} else {
 			next[name] = metav1.NewTime(now.Truncate(time.Second))
 		}
 	}
-	d.taintedSince = next
+	return next
 }
 
-// healthReportLocked covers every device of the pool: the published ones,
-// and the prepared ones that vanished (Unhealthy, so the kubelet shows it
-// on the pods that use them).
-func (d *Driver) healthReportLocked(now time.Time) kubeletplugin.DeviceHealthReport {
+// healthReport covers every device of the pool: the published ones of v,
+// and the prepared ones of cp that vanished (Unhealthy, so the kubelet
+// shows it on the pods that use them).
+func (p *publisher) healthReport(v *view, cp checkpoint.Checkpoint, now time.Time) kubeletplugin.DeviceHealthReport {
 	var r kubeletplugin.DeviceHealthReport
 	seen := map[string]bool{}
-	for _, name := range sortedKeys(d.byDevice) {
-		h := d.byDevice[name]
-		dh := kubeletplugin.DeviceHealth{PoolName: d.cfg.NodeName, DeviceName: name, Health: kubeletplugin.HealthStatusHealthy,
+	for _, name := range sortedKeys(v.byDevice) {
+		h := v.byDevice[name]
+		dh := kubeletplugin.DeviceHealth{PoolName: p.cfg.NodeName, DeviceName: name, Health: kubeletplugin.HealthStatusHealthy,
 			LastUpdated: now, HealthCheckTimeout: healthTimeout}
 		if p := h.Problem(); p != "" {
 			dh.Health, dh.Message = kubeletplugin.HealthStatusUnhealthy, h.Name+": "+p
@@ -58,10 +59,10 @@ func (d *Driver) healthReportLocked(now time.Time) kubeletplugin.DeviceHealthRep
 		seen[name] = true
 		r.Devices = append(r.Devices, dh)
 	}
-	if d.isLegacy(devices.LegacyDeviceName) {
-		dh := kubeletplugin.DeviceHealth{PoolName: d.cfg.NodeName, DeviceName: devices.LegacyDeviceName, Health: kubeletplugin.HealthStatusUnhealthy,
+	if p.cfg.isLegacy(devices.LegacyDeviceName) {
+		dh := kubeletplugin.DeviceHealth{PoolName: p.cfg.NodeName, DeviceName: devices.LegacyDeviceName, Health: kubeletplugin.HealthStatusUnhealthy,
 			Message: "no HCA has an ACTIVE port", LastUpdated: now, HealthCheckTimeout: healthTimeout}
-		for _, h := range d.byDevice {
+		for _, h := range v.byDevice {
 			if h.AnyPortActive() {
 				dh.Health, dh.Message = kubeletplugin.HealthStatusHealthy, ""
 				break
@@ -70,48 +71,45 @@ func (d *Driver) healthReportLocked(now time.Time) kubeletplugin.DeviceHealthRep
 		seen[dh.DeviceName] = true
 		r.Devices = append(r.Devices, dh)
 	}
-	if cp, err := d.store.Load(); err == nil {
-		for _, uid := range sortedKeys(cp.Claims) {
-			for _, dev := range cp.Claims[uid].Devices {
-				if seen[dev.Device] || dev.Pool != d.cfg.NodeName {
-					continue
-				}
-				seen[dev.Device] = true
-				r.Devices = append(r.Devices, kubeletplugin.DeviceHealth{PoolName: dev.Pool, DeviceName: dev.Device,
-					Health: kubeletplugin.HealthStatusUnhealthy, Message: dev.IBDev + " is no longer on the node",
-					LastUpdated: now, HealthCheckTimeout: healthTimeout})
+	for _, uid := range sortedKeys(cp.Claims) {
+		for _, dev := range cp.Claims[uid].Devices {
+			if seen[dev.Device] || dev.Pool != p.cfg.NodeName {
+				continue
 			}
+			seen[dev.Device] = true
+			r.Devices = append(r.Devices, kubeletplugin.DeviceHealth{PoolName: dev.Pool, DeviceName: dev.Device,
+				Health: kubeletplugin.HealthStatusUnhealthy, Message: dev.IBDev + " is no longer on the node",
+				LastUpdated: now, HealthCheckTimeout: healthTimeout})
 		}
 	}
 	return r
 }
 
-// notifyHealthLocked wakes the health watchers after an inventory change.
-func (d *Driver) notifyHealthLocked() {
-	close(d.healthChanged)
-	d.healthChanged = make(chan struct{})
-	d.metrics.deviceHealthy.Reset() // vanished devices drop out
-	for name, h := range d.byDevice {
-		v := 1.0
+// healthMetrics sets device_healthy from a new view.
+func (p *publisher) healthMetrics(v *view) {
+	p.metrics.deviceHealthy.Reset() // vanished devices drop out
+	for name, h := range v.byDevice {
+		healthy := 1.0
 		if h.Problem() != "" {
-			v = 0
+			healthy = 0
 		}
-		d.metrics.deviceHealthy.WithLabelValues(name).Set(v)
+		p.metrics.deviceHealthy.WithLabelValues(name).Set(healthy)
 	}
 }
 
-// WatchHealthStatus sends the health of every device at once, again on
-// every change, and at least every 10 s so the kubelet's 30 s lease never
-// lapses, until ctx ends.
-func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+// watchHealth sends the health of every device at once, again on every
+// new view, and at least every healthRefresh, until ctx ends.
+func (p *publisher) watchHealth(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
 	logger := klog.FromContext(ctx)
 	ticker := time.NewTicker(healthRefresh)
 	defer ticker.Stop()
 	for {
-		d.mu.Lock()
-		report := d.healthReportLocked(time.Now())
-		changed := d.healthChanged
-		d.mu.Unlock()
+		v := p.current()
+		cp, err := p.store.Load()
+		if err != nil {
+			cp = checkpoint.Checkpoint{} // New reported it; the next load retries
+		}
+		report := p.healthReport(v, cp, time.Now())
 		select {
 		case <-ctx.Done():
 			return nil
@@ -121,7 +119,7 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-changed:
+		case <-v.replaced:
 		case <-ticker.C:
 		}
 	}
@@ -130,7 +128,7 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 // watchPorts polls the port state files every interval and rescans as soon
 // as one changes, so a link going down reaches the slices and the kubelet
 // well within a second, without a full discovery several times a second.
-func (d *Driver) watchPorts(ctx context.Context, interval time.Duration, ports PortStater) {
+func (p *publisher) watchPorts(ctx context.Context, interval time.Duration) {
 	logger := klog.FromContext(ctx)
 	// No baseline: the first tick rescans once, so a change between the
 	// last discovery and this watcher's start is not missed.
@@ -143,20 +141,15 @@ func (d *Driver) watchPorts(ctx context.Context, interval time.Duration, ports P
 			return
 		case <-ticker.C:
 		}
-		cur, err := ports.PortStates()
+		cur, err := p.source.PortStates()
 		if err != nil || (last != nil && equalStates(cur, last)) {
 			continue
 		}
 		last = cur
-		if err := d.Rescan(ctx); err != nil {
+		if err := p.Rescan(ctx); err != nil {
 			logger.Error(err, "Rescan after a port change failed")
 		}
 	}
-}
-
-// PortStater is the cheap change detector: *hca.Discoverer.
-type PortStater interface {
-	PortStates() (map[string]string, error)
 }
 
 func equalStates(a, b map[string]string) bool {

@@ -20,7 +20,7 @@ import (
 func TestHealthAndTaints(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.portPoll = 50 * time.Millisecond
+	e.cfg.PortPollInterval = 50 * time.Millisecond
 	e.start()
 	conn, err := grpc.NewClient("unix://"+filepath.Join(e.pluginDir, "dra.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

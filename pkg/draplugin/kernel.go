@@ -36,7 +36,7 @@ const addressRecheck = time.Second
 
 // followKernel rescans after each burst of kernel events until ctx ends or
 // the channel is closed.
-func (d *Driver) followKernel(ctx context.Context, events <-chan kevents.Event) {
+func (p *publisher) followKernel(ctx context.Context, events <-chan kevents.Event) {
 	logger := klog.FromContext(ctx)
 	var recheck <-chan time.Time
 	for {
@@ -47,7 +47,7 @@ func (d *Driver) followKernel(ctx context.Context, events <-chan kevents.Event) 
 		case <-recheck:
 			recheck = nil
 			logger.V(4).Info("Rescanning again after address events")
-			if err := d.Rescan(ctx); err != nil {
+			if err := p.Rescan(ctx); err != nil {
 				logger.Error(err, "Rescan after address events failed")
 			}
 			continue
@@ -59,11 +59,11 @@ func (d *Driver) followKernel(ctx context.Context, events <-chan kevents.Event) 
 			first = ev
 		}
 		if first.Source == kevents.Failed {
-			logger.Error(errors.New(first.Err), "Kernel events stopped for one socket; its changes are seen by polling only", "rescanInterval", d.cfg.RescanInterval)
+			logger.Error(errors.New(first.Err), "Kernel events stopped for one socket; its changes are seen by polling only", "rescanInterval", p.cfg.RescanInterval)
 		}
 		n := 1
 		address := first.Source == kevents.Address
-		d.metrics.kernelEvents.WithLabelValues(string(first.Source)).Inc()
+		p.metrics.kernelEvents.WithLabelValues(string(first.Source)).Inc()
 		settle := time.NewTimer(eventSettle)
 	collect:
 		for {
@@ -77,13 +77,13 @@ func (d *Driver) followKernel(ctx context.Context, events <-chan kevents.Event) 
 				}
 				n++
 				address = address || ev.Source == kevents.Address
-				d.metrics.kernelEvents.WithLabelValues(string(ev.Source)).Inc()
+				p.metrics.kernelEvents.WithLabelValues(string(ev.Source)).Inc()
 			case <-settle.C:
 				break collect
 			}
 		}
 		logger.V(4).Info("Rescanning after kernel events", "first", first.String(), "events", n)
-		if err := d.Rescan(ctx); err != nil {
+		if err := p.Rescan(ctx); err != nil {
 			logger.Error(err, "Rescan after kernel events failed")
 		}
 		if address {

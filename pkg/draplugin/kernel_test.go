@@ -38,28 +38,26 @@ func (p netdevPublisher) PublishResources(_ context.Context, res resourceslice.D
 }
 
 type countingInventory struct {
-	Inventory
+	HCASource
 	n atomic.Int32
 }
 
 func (c *countingInventory) Discover() (hca.Inventory, error) {
 	c.n.Add(1)
-	return c.Inventory.Discover()
+	return c.HCASource.Discover()
 }
 
 // Invalidate passes the driver's "read everything" on, as the Discoverer
 // it wraps gets it in the daemon.
 func (c *countingInventory) Invalidate() {
-	if i, ok := c.Inventory.(Invalidator); ok {
-		i.Invalidate()
-	}
+	c.HCASource.Invalidate()
 }
 
 func startFollowing(t testing.TB, events chan kevents.Event) (*countingInventory, netdevPublisher, func(string) error) {
 	t.Helper()
 	var counter *countingInventory
-	d, node := newTestDriverOn(t, 0, events, func(inv Inventory) Inventory {
-		counter = &countingInventory{Inventory: inv}
+	d, node := newTestDriverOn(t, 0, events, func(inv HCASource) HCASource {
+		counter = &countingInventory{HCASource: inv}
 		return counter
 	})
 	pub := make(netdevPublisher, 16)
@@ -162,18 +160,12 @@ func TestAddressEventsRescan(t *testing.T) {
 
 // signalingInventory tells, after each discovery, that one has finished.
 type signalingInventory struct {
-	Inventory
+	HCASource
 	done chan struct{}
 }
 
-func (c signalingInventory) Invalidate() {
-	if i, ok := c.Inventory.(Invalidator); ok {
-		i.Invalidate()
-	}
-}
-
 func (c signalingInventory) Discover() (hca.Inventory, error) {
-	inv, err := c.Inventory.Discover()
+	inv, err := c.HCASource.Discover()
 	select {
 	case c.done <- struct{}{}:
 	default:
@@ -187,7 +179,7 @@ func TestAddressEventsRecheck(t *testing.T) {
 	t.Parallel()
 	events := make(chan kevents.Event, 4)
 	scanned := make(chan struct{}, 1)
-	pub, node := followGIDs(t, events, func(inv Inventory) Inventory { return signalingInventory{inv, scanned} })
+	pub, node := followGIDs(t, events, func(inv HCASource) HCASource { return signalingInventory{inv, scanned} })
 	select {
 	case <-scanned: // New's discovery
 	default:
@@ -205,7 +197,7 @@ func TestAddressEventsRecheck(t *testing.T) {
 // followGIDs runs a driver on the softroce preset, its periodic rescan an
 // hour away and port polling off, past its first inventory (RoCE v2 GID
 // index 1): only kernel events on the channel make it see another.
-func followGIDs(t *testing.T, events chan kevents.Event, wrap func(Inventory) Inventory) (gidIndexPublisher, *hcatest.Node) {
+func followGIDs(t *testing.T, events chan kevents.Event, wrap func(HCASource) HCASource) (gidIndexPublisher, *hcatest.Node) {
 	t.Helper()
 	d, node := newTestDriverOn(t, 0, events, wrap)
 	pub := make(gidIndexPublisher, 16)
@@ -214,7 +206,7 @@ func followGIDs(t *testing.T, events chan kevents.Event, wrap func(Inventory) In
 	if got := gidIndexOf(d.Inventory()); got != 1 {
 		t.Fatalf("first inventory has RoCE v2 GID index %d, want 1 (softroce preset)", got)
 	}
-	d.onInv = pub.see // before Run: no rescan runs yet
+	d.pub.onInv = pub.see // before Run: no rescan runs yet
 	go d.Run(ctx)
 	return pub, node
 }

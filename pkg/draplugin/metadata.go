@@ -8,11 +8,12 @@ package draplugin
 // daemon of either kind, beside this one in a rolling update or after a
 // rollback, finds and removes this one's files and the other way round),
 // with two differences:
-//   - no fsync. The files are derived state: New rewrites them from the
-//     checkpoint and the inventory at every start. A SIGKILL loses nothing
-//     that reached the page cache, and a reboot empties the CDI tmpfs
-//     anyway. The helper's writer fsyncs two files and their directories per
-//     request, which made a prepare cost 1.35-1.8x a minimal driver's.
+//   - no fsync (atomicfile.WithoutSync). The files are derived state: New
+//     rewrites them from the checkpoint and the inventory at every start. A
+//     SIGKILL loses nothing that reached the page cache, and a reboot
+//     empties the CDI tmpfs anyway. The helper's writer fsyncs two files and
+//     their directories per request, which made a prepare cost 1.35-1.8x a
+//     minimal driver's.
 //   - every file of ours is found again: unprepare removes a claim's temp
 //     files with its files, and the sweep (start-up and every rescan tick)
 //     removes those of claims the checkpoint does not hold, and temp files
@@ -37,6 +38,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/rdma-dra/rdma-dra-driver/internal/atomicfile"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
 )
 
@@ -183,54 +185,13 @@ func (m metadataFiles) spec(c checkpoint.Claim, request, hostPath string) (strin
 	return m.driver + "/metadata=" + name, data, nil
 }
 
-// writeFile writes path: created in place when it is new (nobody reads it
-// before the prepare returns, and a kill mid-write leaves a file that the
-// kubelet's repeated prepare, or the start's rewrite, replaces whole), else
-// replaced whole with writeReplace, since a restarting container may read
-// it. One file operation fewer than a temp file and a rename.
+// writeFile replaces path's content whole, through a temp file beside it
+// named as the helper names its own (".<base>.<random>.tmp", so one sweep
+// finds both), 0644 whatever the umask (containers read it). No fsync: see
+// the top of this file.
 func writeFile(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if errors.Is(err, fs.ErrExist) {
-		return writeReplace(path, data)
-	}
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o644) // whatever the umask: containers read it
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = os.Remove(path)
-	}
-	return err
-}
-
-// writeReplace replaces path's content whole: a temp file beside it
-// (".<base>.<random>.tmp", as the helper names its own, so one sweep finds
-// both), renamed over it. No fsync: see the top of this file.
-func writeReplace(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*"+tmpSuffix)
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
-	}
-	return err
+	return atomicfile.Write(path, data, atomicfile.WithMode(0o644), atomicfile.WithoutSync(),
+		atomicfile.WithTempPattern("."+filepath.Base(path)+".*"+tmpSuffix))
 }
 
 // remove removes claim uid's metadata CDI specs and, unless keepDir (a

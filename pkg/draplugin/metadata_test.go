@@ -87,7 +87,7 @@ func (e *env) metadataAt(path string, ids ...string) metadatav1beta1.DeviceMetad
 func TestDeviceMetadataAcrossReboot(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.metadata = true
+	e.cfg.DeviceMetadata = true
 	e.start()
 	c := e.claim("made-for-pod", hostNetworkPod("p", true), one("mlx5-8"))
 	// Made from a ResourceClaimTemplate: the container path names the

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -22,23 +23,14 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmanl"
 )
 
-// HostRDMA lists the RDMA devices of the daemon's network namespace:
-// rdmanl.Client on a node, where the daemon runs on the host network.
-// Unprepare asks it whether moved HCAs are back.
-type HostRDMA interface {
-	Devices() ([]rdmanl.Device, error)
-}
-
 // netnsReturnWait bounds unprepare's wait for moved HCAs to come back: the
 // kernel dismantles a network namespace asynchronously after its last user.
 const netnsReturnWait = 2 * time.Second
 
-func (d *Driver) exclusiveLocked() bool { return d.inv.NetnsMode == hca.NetnsExclusive }
-
 // sharingConflict says why shared HCAs cannot serve pods off the host
 // network in inv's netns mode, or "" when they can.
-func (d *Driver) sharingConflict(inv hca.Inventory) string {
-	if d.cfg.Shares == 0 || !d.cfg.AllowNonHostNetwork || inv.NetnsMode != hca.NetnsExclusive {
+func sharingConflict(cfg *Config, inv hca.Inventory) string {
+	if cfg.Shares == 0 || !cfg.AllowNonHostNetwork || inv.NetnsMode != hca.NetnsExclusive {
 		return ""
 	}
 	return fmt.Sprintf("this node's RDMA subsystem is in exclusive netns mode (read from %s): an HCA lives in one network namespace "+
@@ -57,16 +49,16 @@ func netnsSourceName(s hca.Source) string {
 	return string(s)
 }
 
-// movesLocked reports whether dev of claim c moves into its pod's network
+// moves reports whether dev of claim c moves into its pod's network
 // namespace under the current netns mode.
-func (d *Driver) movesLocked(c checkpoint.Claim, dev checkpoint.Device) bool {
-	return d.exclusiveLocked() && c.Network == string(cdi.NetworkPod) && dev.IBDev != "" && dev.ShareID == ""
+func moves(v *view, c checkpoint.Claim, dev checkpoint.Device) bool {
+	return v.exclusive() && c.Network == string(cdi.NetworkPod) && dev.IBDev != "" && dev.ShareID == ""
 }
 
-// checkMoveLocked refuses, at prepare, a device that would have to move
+// checkMove refuses, at prepare, a device that would have to move
 // but cannot.
-func (d *Driver) checkMoveLocked(c checkpoint.Claim, dev checkpoint.Device) error {
-	if !d.exclusiveLocked() || c.Network != string(cdi.NetworkPod) {
+func checkMove(cfg *Config, v *view, c checkpoint.Claim, dev checkpoint.Device) error {
+	if !v.exclusive() || c.Network != string(cdi.NetworkPod) {
 		return nil
 	}
 	name := dev.IBDev
@@ -78,59 +70,55 @@ func (d *Driver) checkMoveLocked(c checkpoint.Claim, dev checkpoint.Device) erro
 		return fmt.Errorf("device %s (%s) is shared, but this node's RDMA subsystem is now in exclusive netns mode, "+
 			"where a pod that is not on the host network sees only HCAs moved into its namespace, one pod at a time; "+
 			"set the node back (rdma system set netns shared) or restart the driver with --sharing=exclusive", dev.Device, name)
-	case d.cfg.HookPath == "":
+	case cfg.HookPath == "":
 		return fmt.Errorf("device %s (%s) must move into the pod's network namespace (exclusive RDMA netns mode, pod not on the host network), "+
 			"but the driver has no hook to move it: set --hook-path to the host path of rdma-dra-hook", dev.Device, name)
 	}
 	return nil
 }
 
-// netnsHookLocked is the hook moving dev into the container's namespace,
+// netnsHook is the hook moving dev into the container's namespace,
 // or nil when it stays where it is.
-func (d *Driver) netnsHookLocked(c checkpoint.Claim, dev checkpoint.Device, h hca.HCA) (*cdispec.Hook, error) {
-	if !d.movesLocked(c, dev) {
+func (s *claimState) netnsHook(v *view, c checkpoint.Claim, dev checkpoint.Device, h hca.HCA) (*cdispec.Hook, error) {
+	if !moves(v, c, dev) {
 		return nil, nil
 	}
-	if d.cfg.HookPath == "" {
+	if s.cfg.HookPath == "" {
 		return nil, fmt.Errorf("device %s (%s) must move into the pod's network namespace, but the driver has no --hook-path", dev.Device, h.Name)
 	}
 	// The hook finds the netdevs itself when it runs, by identity: names
 	// written now could name another interface by then.
 	var nodeIPs []string
 	if dev.MoveNetdev {
-		nodeIPs = d.nodeIPArgsLocked()
+		nodeIPs = s.ips.args()
 	}
-	return cdi.NetnsHook(d.cfg.HookPath, h.Name, dev.MoveNetdev, nodeIPs), nil
+	return cdi.NetnsHook(s.cfg.HookPath, h.Name, dev.MoveNetdev, nodeIPs), nil
 }
 
-// netnsModeChangedLocked reacts to the mode changing under a running
+// netnsModeChanged reacts to the mode changing under a running
 // daemon: specs are rewritten so restarted containers get (or lose) the
 // move, and a conflict with shared HCAs is said loudly.
-func (d *Driver) netnsModeChangedLocked(ctx context.Context, old, inv hca.Inventory) {
+func (s *claimState) netnsModeChanged(ctx context.Context, old, cur *view) {
 	logger := klog.FromContext(ctx)
-	logger.Info("RDMA netns mode changed", "from", old.NetnsMode, "to", inv.NetnsMode, "source", inv.NetnsModeSource)
-	if why := d.sharingConflict(inv); why != "" {
+	logger.Info("RDMA netns mode changed", "from", old.inv.NetnsMode, "to", cur.inv.NetnsMode, "source", cur.inv.NetnsModeSource)
+	if why := sharingConflict(s.cfg, cur.inv); why != "" {
 		logger.Error(nil, "Pods that are not on the host network can no longer be prepared: "+why)
-		d.metrics.backgroundErrors.WithLabelValues("netns").Inc()
+		s.metrics.backgroundErrors.WithLabelValues("netns").Inc()
 	}
-	cp, err := d.store.Load()
-	if err != nil {
-		return
-	}
-	d.rewriteSpecsLocked(logger, cp, func(c checkpoint.Claim) bool { return c.Network == string(cdi.NetworkPod) })
+	s.rewriteSpecs(ctx, cur, func(c checkpoint.Claim) bool { return c.Network == string(cdi.NetworkPod) })
 }
 
-// keepMovedLocked carries over the HCAs that a prepared claim moved into a
+// keepMoved carries over the HCAs that a prepared claim moved into a
 // pod's namespace: the host's class/infiniband no longer lists them (it is
 // per namespace in exclusive mode) while class/infiniband_verbs still does
 // (inv.Hidden). They are in use, not gone. Each comes from the last
 // inventory or, in a daemon started while it was away, from the snapshot
 // the checkpoint took at prepare.
-func (d *Driver) keepMovedLocked(ctx context.Context, old hca.Inventory, inv *hca.Inventory) {
+func (p *publisher) keepMoved(ctx context.Context, old hca.Inventory, inv *hca.Inventory) {
 	if inv.NetnsMode != hca.NetnsExclusive {
 		return
 	}
-	cp, err := d.store.Load()
+	cp, err := p.store.Load()
 	if err != nil {
 		return
 	}
@@ -160,7 +148,7 @@ func (d *Driver) keepMovedLocked(ctx context.Context, old hca.Inventory, inv *hc
 		case moved[name].snapshot != nil:
 			if h = moved[name].snapshot.HCA(); h.Name != name {
 				klog.FromContext(ctx).Error(nil, "The checkpoint's record of a moved HCA names another HCA; it is not published until it returns", "hca", name, "recorded", h.Name, "claim", moved[name].claim)
-				d.metrics.backgroundErrors.WithLabelValues("checkpoint").Inc()
+				p.metrics.backgroundErrors.WithLabelValues("checkpoint").Inc()
 				continue
 			}
 		default:
@@ -175,44 +163,50 @@ func (d *Driver) keepMovedLocked(ctx context.Context, old hca.Inventory, inv *hc
 	slices.SortFunc(inv.HCAs, func(a, b hca.HCA) int { return strings.Compare(a.Name, b.Name) })
 }
 
-// movedDevicesLocked lists the HCAs of claim c that were moved (by name).
-func (d *Driver) movedDevicesLocked(c checkpoint.Claim) []string {
+// movedDevices lists the HCAs of claim c that were moved (by name).
+func movedDevices(v *view, c checkpoint.Claim) []string {
 	var out []string
 	for _, dev := range c.Devices {
-		if d.movesLocked(c, dev) {
+		if moves(v, c, dev) {
 			out = append(out, dev.IBDev)
 		}
 	}
 	return out
 }
 
-// checkReturnedAsync runs checkReturned in the background: the helper
-// serializes the kubelet's calls, so a wait inside unprepare would hold up
-// every prepare on the node.
-func (d *Driver) checkReturnedAsync(ctx context.Context, moved map[string]string) {
-	if len(moved) == 0 || d.hostRDMA == nil {
+// returnChecks are the background checks that moved HCAs came back.
+type returnChecks struct {
+	hostRDMA HostRDMA // nil: no checks
+	metrics  *Metrics
+	running  sync.WaitGroup
+}
+
+// checkAsync runs check in the background: a wait inside unprepare would
+// hold up the kubelet's call.
+func (r *returnChecks) checkAsync(ctx context.Context, moved map[string]string) {
+	if len(moved) == 0 || r.hostRDMA == nil {
 		return
 	}
 	ctx = context.WithoutCancel(ctx) // the call's context ends with the call
-	d.returnChecks.Go(func() { d.checkReturned(ctx, moved) })
+	r.running.Go(func() { r.check(ctx, moved) })
 }
 
-// checkReturned waits up to netnsReturnWait for the moved HCAs of
+// check waits up to netnsReturnWait for the moved HCAs of
 // unprepared claims (ibdev -> claim) to be back in the host's namespace.
 // One that is not is a warning, never a failed unprepare: the kubelet must
 // be able to finish, and the kernel returns the device whenever the last
 // process in that namespace ends.
-func (d *Driver) checkReturned(ctx context.Context, moved map[string]string) {
-	if len(moved) == 0 || d.hostRDMA == nil {
+func (r *returnChecks) check(ctx context.Context, moved map[string]string) {
+	if len(moved) == 0 || r.hostRDMA == nil {
 		return
 	}
 	logger := klog.FromContext(ctx)
 	deadline := time.Now().Add(netnsReturnWait)
 	for {
-		devs, err := d.hostRDMA.Devices()
+		devs, err := r.hostRDMA.Devices()
 		if err != nil {
 			logger.Error(err, "Cannot check that moved HCAs are back in the host's network namespace", "hcas", sortedKeys(moved))
-			d.metrics.backgroundErrors.WithLabelValues("netns").Inc()
+			r.metrics.backgroundErrors.WithLabelValues("netns").Inc()
 			return
 		}
 		missing := map[string]string{}
@@ -229,7 +223,7 @@ func (d *Driver) checkReturned(ctx context.Context, moved map[string]string) {
 				logger.Info("Warning: HCA has not returned to the host's network namespace after its claim was unprepared; "+
 					"it cannot be prepared again until the namespace holding it goes away (a process still in the pod's network namespace?)",
 					"hca", name, "claim", missing[name], "waited", netnsReturnWait)
-				d.metrics.netnsNotReturned.WithLabelValues(name).Inc()
+				r.metrics.netnsNotReturned.WithLabelValues(name).Inc()
 			}
 			return
 		}

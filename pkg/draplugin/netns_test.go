@@ -43,8 +43,8 @@ func exclusiveEnv(t *testing.T, foreign bool) *env {
 	if e.node, err = hcatest.Build(filepath.Join(t.TempDir(), "node"), spec); err != nil {
 		t.Fatal(err)
 	}
-	e.allowNonHN, e.hookPath = true, hookPath
-	e.hostLinks = hostLinks{}
+	e.cfg.AllowNonHostNetwork, e.cfg.HookPath = true, hookPath
+	e.deps.hostLinks = hostLinks{}
 	setInternalIPs(t, e, "10.0.0.5")
 	return e
 }
@@ -227,7 +227,7 @@ func TestMoveNetdevUplink(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			e := exclusiveEnv(t, false)
-			e.hostLinks = tt.links
+			e.deps.hostLinks = tt.links
 			setInternalIPs(t, e, tt.nodeIPs...)
 			e.start()
 			c := e.withClass(e.claim("c", hostNetworkPod("p", tt.hostNetwork), one("mlx5-8")), "hca.rdma.dra.dev", tt.configs...)
@@ -253,7 +253,7 @@ func TestExclusiveModeRefusals(t *testing.T) {
 		e := exclusiveEnv(t, false)
 		_, err := draplugin.New(context.Background(), draplugin.Config{DriverName: driverName, NodeName: nodeName,
 			HostDevRoot: e.node.DevRoot, AllowNonHostNetwork: true, Shares: 1000, HookPath: hookPath}, draplugin.Deps{
-			Inventory:  hca.NewDiscoverer(hca.WithSysfsRoot(e.node.SysfsRoot), hca.WithDevRoot(e.node.DevRoot)),
+			HCAs:       hca.NewDiscoverer(hca.WithSysfsRoot(e.node.SysfsRoot), hca.WithDevRoot(e.node.DevRoot)),
 			Pods:       podGetter{e.client},
 			SpecDir:    cdi.NewSpecDir(e.cdiDir),
 			Checkpoint: checkpoint.NewStore(e.checkpointPath()),
@@ -267,7 +267,7 @@ func TestExclusiveModeRefusals(t *testing.T) {
 	})
 	t.Run("shared hostnet", func(t *testing.T) {
 		e := exclusiveEnv(t, false)
-		e.shares, e.allowNonHN = 1000, false
+		e.cfg.Shares, e.cfg.AllowNonHostNetwork = 1000, false
 		e.start() // every pod is in the initial namespace: nothing moves
 		c := e.claim("h", hostNetworkPod("h", true), shared("mlx5-0", "s1"))
 		// Only the hostNetwork check (policy_test.go), no move.
@@ -306,7 +306,7 @@ func TestExclusiveModeRefusals(t *testing.T) {
 	})
 	t.Run("no hook", func(t *testing.T) {
 		e := exclusiveEnv(t, false)
-		e.hookPath = ""
+		e.cfg.HookPath = ""
 		e.start()
 		r := e.prepare(e.claim("c", hostNetworkPod("p", false), one("mlx5-0")))["uid-c"]
 		if !strings.Contains(r.Error, "device mlx5-0 (mlx5_0) must move into the pod's network namespace") || !strings.Contains(r.Error, "--hook-path") {
@@ -322,9 +322,9 @@ func TestNetnsModeFlips(t *testing.T) {
 	t.Parallel()
 	t.Run("shared", func(t *testing.T) {
 		e := exclusiveEnv(t, false)
-		e.shares = 1000
+		e.cfg.Shares = 1000
 		setSpecShared(t, e)
-		e.metrics = draplugin.NewMetrics()
+		e.deps.metrics = draplugin.NewMetrics()
 		e.start()
 		e.mustPrepare(e.claim("before", hostNetworkPod("before", false), shared("mlx5-0", "s1")))
 		setNetnsMode(t, e, false)
@@ -333,7 +333,7 @@ func TestNetnsModeFlips(t *testing.T) {
 			t.Errorf("error %q", r.Error)
 		}
 		e.mustPrepare(e.claim("host", hostNetworkPod("host", true), shared("mlx5-0", "s3")))
-		if v := metricValue(t, e.metrics, "rdma_dra_background_errors_total", "kind", "netns"); v != 1 {
+		if v := metricValue(t, e.deps.metrics, "rdma_dra_background_errors_total", "kind", "netns"); v != 1 {
 			t.Errorf("background_errors_total{kind=netns} = %v, want 1", v)
 		}
 	})
@@ -392,7 +392,7 @@ func TestMovedHCA(t *testing.T) {
 	t.Parallel()
 	e := exclusiveEnv(t, false)
 	view := &hostView{node: e.node, held: map[string]bool{}}
-	e.hostRDMA, e.metrics = view, draplugin.NewMetrics()
+	e.deps.hostRDMA, e.deps.metrics = view, draplugin.NewMetrics()
 	e.start()
 	c := e.claim("c", hostNetworkPod("p", false), one("mlx5-3"))
 	e.mustPrepare(c)
@@ -428,7 +428,7 @@ func TestMovedHCA(t *testing.T) {
 		t.Fatalf("unprepare: %s", r.Error)
 	}
 	e.drv.WaitReturnChecks()
-	if v := metricValue(t, e.metrics, "rdma_dra_netns_not_returned_total", "hca", "mlx5_3"); v != 1 {
+	if v := metricValue(t, e.deps.metrics, "rdma_dra_netns_not_returned_total", "hca", "mlx5_3"); v != 1 {
 		t.Errorf("netns_not_returned_total{hca=mlx5_3} = %v, want 1", v)
 	}
 
@@ -444,7 +444,7 @@ func TestMovedHCA(t *testing.T) {
 		t.Fatalf("unprepare: %s", r.Error)
 	}
 	e.drv.WaitReturnChecks()
-	if v := metricValue(t, e.metrics, "rdma_dra_netns_not_returned_total", "hca", "mlx5_3"); v != 1 || view.calls != before+1 {
+	if v := metricValue(t, e.deps.metrics, "rdma_dra_netns_not_returned_total", "hca", "mlx5_3"); v != 1 || view.calls != before+1 {
 		t.Errorf("returned HCA: counter %v (want still 1), %d checks (want 1)", v, view.calls-before)
 	}
 	// Unplugged while its pod held it: gone from the verbs class too, so
@@ -490,7 +490,7 @@ func TestMovedHCAAcrossRestart(t *testing.T) {
 		!slices.ContainsFunc(inv.HCAs[i].Warnings, func(w string) bool { return strings.Contains(w, "pod of claim default/c") }) {
 		t.Fatalf("mlx5_3 after a restart while moved: HCAs %v", hcaNames(inv.HCAs))
 	}
-	if v := metricValue(t, e.metrics, "rdma_dra_background_errors_total", "kind", "cdi"); v != 0 {
+	if v := metricValue(t, e.deps.metrics, "rdma_dra_background_errors_total", "kind", "cdi"); v != 0 {
 		t.Errorf("background_errors_total{kind=cdi} = %v after the restart: the moved HCA's spec was not rewritten", v)
 	}
 	if got := e.container(ids...); !reflect.DeepEqual(got.Linux.Devices, specBefore.Linux.Devices) || len(hooks(got)) != 1 {
@@ -524,7 +524,7 @@ func TestMovedHCABadSnapshot(t *testing.T) {
 	if names := hcaNames(e.drv.Inventory().HCAs); slices.Contains(names, "mlx5_3") {
 		t.Errorf("mlx5_3 published from a snapshot of another HCA: %v", names)
 	}
-	if v := metricValue(t, e.metrics, "rdma_dra_background_errors_total", "kind", "checkpoint"); v != 1 {
+	if v := metricValue(t, e.deps.metrics, "rdma_dra_background_errors_total", "kind", "checkpoint"); v != 1 {
 		t.Errorf("background_errors_total{kind=checkpoint} = %v, want 1", v)
 	}
 	if r := e.unprepare(ref(c))["uid-c"]; r.Error != "" {
@@ -535,7 +535,7 @@ func TestMovedHCABadSnapshot(t *testing.T) {
 func exclusiveEnvWithView(t *testing.T) (*env, *hostView) {
 	e := exclusiveEnv(t, false)
 	view := &hostView{node: e.node, held: map[string]bool{}}
-	e.hostRDMA = view
+	e.deps.hostRDMA = view
 	return e, view
 }
 
@@ -553,7 +553,7 @@ func restartWhileMoved(t *testing.T, e *env, view *hostView, ibdev string, edit 
 			t.Fatal(err)
 		}
 	}
-	e.metrics = draplugin.NewMetrics()
+	e.deps.metrics = draplugin.NewMetrics()
 	e.start()
 }
 

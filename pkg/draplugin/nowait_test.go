@@ -3,6 +3,8 @@ package draplugin_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,7 +13,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/draplugin"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmanl"
 )
@@ -95,7 +101,7 @@ func TestUnprepareCheckDoesNotDelayPrepare(t *testing.T) {
 	ev := &events{}
 	view := &heldView{hostView: &hostView{node: e.node, held: map[string]bool{}}, ev: ev,
 		entered: make(chan struct{}), release: make(chan struct{})}
-	e.hostRDMA, e.metrics = view, draplugin.NewMetrics()
+	e.deps.hostRDMA, e.deps.metrics = view, draplugin.NewMetrics()
 	e.start()
 	moved := e.claim("moved", hostNetworkPod("p", false), one("mlx5-3"))
 	e.mustPrepare(moved)
@@ -129,7 +135,7 @@ func TestUnprepareCheckDoesNotDelayPrepare(t *testing.T) {
 	}
 	close(view.release) // the kernel still holds it: a warning
 	e.drv.WaitReturnChecks()
-	if v := metricValue(t, e.metrics, "rdma_dra_netns_not_returned_total", "hca", "mlx5_3"); v != 1 {
+	if v := metricValue(t, e.deps.metrics, "rdma_dra_netns_not_returned_total", "hca", "mlx5_3"); v != 1 {
 		t.Errorf("netns_not_returned_total{hca=mlx5_3} = %v, want 1 (the check still warns); events: %s", v, ev)
 	}
 	t.Logf("events: %s", ev)
@@ -161,7 +167,7 @@ func TestPodLookupDoesNotBlockRescan(t *testing.T) {
 	e := newEnv(t)
 	ev := &events{}
 	pods := &heldPods{ev: ev, entered: make(chan struct{}), release: make(chan struct{})}
-	e.pods = func(inner draplugin.PodGetter) draplugin.PodGetter { pods.inner = inner; return pods }
+	e.deps.pods = func(inner draplugin.PodGetter) draplugin.PodGetter { pods.inner = inner; return pods }
 	e.start()
 	c := e.claim("c", hostNetworkPod("p", true), one("mlx5-2"))
 
@@ -191,6 +197,112 @@ func TestPodLookupDoesNotBlockRescan(t *testing.T) {
 	if !ev.before("rescan returned", "prepare returned") {
 		t.Errorf("the rescan waited for the prepare's pod lookup; events: %s", ev)
 	}
+}
+
+// heldSpecs is the CDI spec directory with the first spec write of one
+// claim held until release is closed: a slow disk under that claim.
+type heldSpecs struct {
+	draplugin.CDISpecs
+	uid     string
+	ev      *events
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (h *heldSpecs) WriteClaim(uid string, common cdispec.ContainerEdits, devices []cdi.ClaimDevice) error {
+	if uid == h.uid {
+		h.once.Do(func() {
+			h.ev.add("slow write started")
+			close(h.entered)
+			<-h.release
+			h.ev.add("slow write released")
+		})
+	}
+	return h.CDISpecs.WriteClaim(uid, common, devices)
+}
+
+// A prepare does not wait for another claim's disk: while one claim's spec
+// write is held, a second claim on another HCA is prepared, its container
+// gets its own HCA, and the first completes once released. Before, one
+// mutex held across every write (and the helper's serialization) queued
+// the second behind the first.
+func TestPrepareDoesNotWaitForAnotherClaimsIO(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ev := &events{}
+	held := &heldSpecs{uid: "uid-slow", ev: ev, entered: make(chan struct{}), release: make(chan struct{})}
+	e.deps.specs = func(inner draplugin.CDISpecs) draplugin.CDISpecs { held.CDISpecs = inner; return held }
+	e.start()
+	release := sync.OnceFunc(func() { close(held.release) })
+	t.Cleanup(release) // a failure does not leave the call hanging
+	slow := e.claim("slow", hostNetworkPod("p1", true), one("mlx5-0"))
+	fast := e.claim("fast", hostNetworkPod("p2", true), one("mlx5-1"))
+
+	slowDone := make(chan struct{})
+	var slowResp *drapb.NodePrepareResourcesResponse
+	var slowErr error
+	go func() {
+		defer close(slowDone)
+		slowResp, slowErr = e.dra.NodePrepareResources(context.Background(), reqPrepare(ref(slow)))
+		ev.add("slow prepared")
+	}()
+	wait(t, held.entered, "the slow claim's spec write", ev)
+
+	fastDone := make(chan struct{})
+	var fastResp *drapb.NodePrepareResourcesResponse
+	var fastErr error
+	go func() {
+		defer close(fastDone)
+		fastResp, fastErr = e.dra.NodePrepareResources(context.Background(), reqPrepare(ref(fast)))
+		ev.add("fast prepared")
+	}()
+	wait(t, fastDone, "the second claim's prepare while the first claim's write is held", ev)
+	select {
+	case <-slowDone:
+		t.Fatalf("the slow claim was prepared while its spec write was held; events: %s", ev)
+	default:
+	}
+	if fastErr != nil || fastResp.Claims[string(fast.UID)].Error != "" {
+		t.Fatalf("the fast claim: %v %v", fastErr, fastResp)
+	}
+	checkContainer(t, "the fast claim", e.container(fastResp.Claims[string(fast.UID)].Devices[0].CdiDeviceIds...), "mlx5_1", "uverbs1 c 231:193")
+
+	release()
+	wait(t, slowDone, "the slow claim's prepare after the release", ev)
+	if !ev.before("fast prepared", "slow write released") {
+		t.Errorf("the second claim was not prepared before the first claim's write was released; events: %s", ev)
+	}
+	if slowErr != nil || slowResp.Claims[string(slow.UID)].Error != "" {
+		t.Fatalf("the slow claim: %v %v", slowErr, slowResp)
+	}
+	checkContainer(t, "the slow claim", e.container(slowResp.Claims[string(slow.UID)].Devices[0].CdiDeviceIds...), "mlx5_0", "uverbs0 c 231:192")
+	cp, err := checkpoint.NewStore(e.checkpointPath()).Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sortedUIDs(cp); !slices.Equal(got, []string{"uid-fast", "uid-slow"}) {
+		t.Errorf("checkpoint claims = %v, want both", got)
+	}
+}
+
+// checkContainer checks that a container sees exactly the HCA ibdev, by
+// its uverbs node (name and number).
+func checkContainer(t *testing.T, what string, s *oci.Spec, ibdev, uverbs string) {
+	t.Helper()
+	node := "/dev/infiniband/" + strings.Fields(uverbs)[0]
+	wantDevs := []string{"/dev/infiniband/rdma_cm c 10:58", "/dev/infiniband/" + uverbs}
+	if got := devicesOf(s); !slices.Equal(got, wantDevs) {
+		t.Errorf("%s: container devices = %v, want %v", what, got, wantDevs)
+	}
+	wantEnv := map[string]string{"RDMA_DEVICES": ibdev, "RDMA_DEVICE_" + strings.ToUpper(ibdev): node}
+	if got := envOf(s, "RDMA_DEVICE"); !maps.Equal(got, wantEnv) {
+		t.Errorf("%s: container env = %v, want %v", what, got, wantEnv)
+	}
+}
+
+func sortedUIDs(cp checkpoint.Checkpoint) []string {
+	return slices.Sorted(maps.Keys(cp.Claims))
 }
 
 func reqPrepare(claims ...*drapb.Claim) *drapb.NodePrepareResourcesRequest {

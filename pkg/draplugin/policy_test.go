@@ -41,7 +41,8 @@ func TestHostNetworkHookOnEveryRoute(t *testing.T) {
 		t.Run(fmt.Sprintf("allow=%v", allow), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			e.allowNonHN, e.shares, e.legacy, e.hook = allow, 1000, 1000, testHook
+			e.cfg.AllowNonHostNetwork, e.cfg.Shares, e.cfg.LegacyShares = allow, 1000, 1000
+			e.withLimits(testHook)
 			e.start()
 			own := e.claim("own", hostNetworkPod("a", true), shared("mlx5-0", "33333333-aaaa-4aaa-8aaa-000000000001"))
 			limited := e.claim("limited", hostNetworkPod("b", true), shared("mlx5-1", "33333333-aaaa-4aaa-8aaa-000000000002"))
@@ -163,22 +164,22 @@ func TestDefaultLimits(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name     string
-		policy   func(*draplugin.Config)
+		policy   func(*draplugin.HCALimits)
 		consumed map[string]int64
 		want     []string // the limit hook's args
 		wantErr  string
 	}{
-		{name: "defaults", policy: func(c *draplugin.Config) { c.DefaultHCAHandles, c.DefaultHCAObjects = 4, 1000 },
+		{name: "defaults", policy: func(l *draplugin.HCALimits) { l.DefaultHandles, l.DefaultObjects = 4, 1000 },
 			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=4", "--hca-object=1000"}},
-		{name: "above", policy: func(c *draplugin.Config) { c.DefaultHCAHandles = 100000 },
+		{name: "above", policy: func(l *draplugin.HCALimits) { l.DefaultHandles = 100000 },
 			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=64", "--hca-object=max"}},
-		{name: "own", policy: func(c *draplugin.Config) { c.DefaultHCAHandles, c.DefaultHCAObjects = 4, 1000 }, consumed: map[string]int64{"hcaHandles": 1},
+		{name: "own", policy: func(l *draplugin.HCALimits) { l.DefaultHandles, l.DefaultObjects = 4, 1000 }, consumed: map[string]int64{"hcaHandles": 1},
 			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=1", "--hca-object=1000"}},
-		{name: "req-none", policy: func(c *draplugin.Config) { c.RequireHCALimits = true },
+		{name: "req-none", policy: func(l *draplugin.HCALimits) { l.Require = true },
 			wantErr: "device mlx5-8: the claim asks for no rdma.dra.dev/hcaHandles, and this node requires RDMA cgroup limits on shared HCAs (--require-hca-limits"},
-		{name: "req-one", policy: func(c *draplugin.Config) { c.RequireHCALimits = true }, consumed: map[string]int64{"hcaHandles": 1},
+		{name: "req-one", policy: func(l *draplugin.HCALimits) { l.Require = true }, consumed: map[string]int64{"hcaHandles": 1},
 			wantErr: "the claim asks for no rdma.dra.dev/hcaObjects"},
-		{name: "req-default", policy: func(c *draplugin.Config) { c.RequireHCALimits, c.DefaultHCAObjects = true, 10 }, consumed: map[string]int64{"hcaHandles": 1},
+		{name: "req-default", policy: func(l *draplugin.HCALimits) { l.Require, l.DefaultObjects = true, 10 }, consumed: map[string]int64{"hcaHandles": 1},
 			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=1", "--hca-object=10"}},
 		{name: "unlimited", want: nil},
 	}
@@ -186,7 +187,11 @@ func TestDefaultLimits(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			e.shares, e.hook, e.allowNonHN, e.policy = 1000, testHook, true, tt.policy
+			e.cfg.Shares, e.cfg.AllowNonHostNetwork = 1000, true
+			e.withLimits(testHook)
+			if tt.policy != nil {
+				tt.policy(&e.cfg.Limits)
+			}
 			e.start()
 			c := e.claim("c", hostNetworkPod("p", true), shared("mlx5-8", "44444444-aaaa-4aaa-8aaa-000000000001"))
 			if len(tt.consumed) > 0 {

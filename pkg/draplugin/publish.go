@@ -1,12 +1,13 @@
 package draplugin
 
 // The slow path: discovery and publishing. Nothing here runs inside a
-// kubelet call.
+// kubelet call; a prepare only reads the latest view.
 
 import (
 	"context"
 	"errors"
-	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -16,71 +17,78 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
-	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 )
 
-// rescan rediscovers the node and swaps in the new inventory. It reports
-// whether anything a claim or a slice depends on changed.
-func (d *Driver) rescan(ctx context.Context) (bool, error) {
-	d.scanMu.Lock()
-	defer d.scanMu.Unlock()
-	inv, err := d.source.Discover()
-	if err != nil {
-		d.metrics.backgroundErrors.WithLabelValues("discovery").Inc()
-		return false, err
-	}
-	d.mu.Lock()
-	d.keepMovedLocked(ctx, d.inv, &inv)
-	byDevice := devices.Published(inv)
-	// The first inventory always counts as a change, even an empty one: the
-	// device-plugin shim waits for it.
-	changed := !d.scanned || !apiequality.Semantic.DeepEqual(d.inv, inv)
-	modeChanged := d.scanned && d.inv.NetnsMode != inv.NetnsMode
-	d.scanned = true
-	old := d.inv
-	d.inv, d.byDevice = inv, byDevice
-	if changed {
-		d.updateTaintsLocked(time.Now())
-		d.notifyHealthLocked()
-		d.refreshNodeWideSpecsLocked(ctx)
-	}
-	if modeChanged {
-		d.netnsModeChangedLocked(ctx, old, inv)
-	}
-	d.mu.Unlock()
-	if changed {
-		logInventory(klog.FromContext(ctx), old, inv)
-		if d.onInv != nil {
-			d.onInv(inv)
-		}
-	}
-	return changed, nil
+// publisher owns the inventory: it discovers the node's HCAs, keeps the
+// latest view, and publishes slices, taints and device health from it.
+type publisher struct {
+	cfg     *Config
+	source  HCASource
+	store   CheckpointStore // read for moved HCAs and vanished prepared devices
+	metrics *Metrics
+	onInv   func(hca.Inventory)
+	// onChange sees every new view after the first: the claim state
+	// rewrites the specs that depend on what changed.
+	onChange func(ctx context.Context, old, cur *view)
+
+	// scanMu orders rescans: the ticker, the port watcher and kernel
+	// events may ask at once, and a slower discovery must not swap in an
+	// older view after a newer one.
+	scanMu sync.Mutex
+	// pubMu orders publishes the same way; held across PublishResources.
+	pubMu sync.Mutex
+	cur   atomic.Pointer[view]
+
+	retryCh chan struct{}
+	mu      sync.Mutex // guards the fields below
+	helper  SlicePublisher
+	// published is what helper was last given, nil when it must be
+	// given again.
+	published *resourceslice.DriverResources
+	backoff   time.Duration // of the next republish after a refused one
 }
 
-// refreshNodeWideSpecsLocked rewrites the CDI specs of prepared claims that
-// stand for "every HCA of the node" (the legacy device), and of the claims
-// sharing a pod with them: an HCA added since the prepare is in a restarted
-// container, and a vanished one no longer makes the runtime fail on a
-// missing device node.
-func (d *Driver) refreshNodeWideSpecsLocked(ctx context.Context) {
-	if d.cfg.LegacyShares == 0 {
-		return
-	}
-	cp, err := d.store.Load()
+func newPublisher(cfg *Config, source HCASource, store CheckpointStore, metrics *Metrics, onInv func(hca.Inventory)) *publisher {
+	p := &publisher{cfg: cfg, source: source, store: store, metrics: metrics, onInv: onInv, retryCh: make(chan struct{}, 1)}
+	p.cur.Store(&view{replaced: make(chan struct{})})
+	return p
+}
+
+// current is the latest view.
+func (p *publisher) current() *view { return p.cur.Load() }
+
+// rescan rediscovers the node and swaps in a new view if anything a claim
+// or a slice depends on changed, which it reports.
+func (p *publisher) rescan(ctx context.Context) (bool, error) {
+	p.scanMu.Lock()
+	defer p.scanMu.Unlock()
+	inv, err := p.source.Discover()
 	if err != nil {
-		return // New reported it; the next successful load retries
+		p.metrics.backgroundErrors.WithLabelValues("discovery").Inc()
+		return false, err
 	}
-	var nodeWide []checkpoint.Claim
-	for _, c := range cp.Claims {
-		if slices.ContainsFunc(c.Devices, func(dev checkpoint.Device) bool { return d.isLegacy(dev.Device) }) {
-			nodeWide = append(nodeWide, c)
-		}
+	old := p.current()
+	p.keepMoved(ctx, old.inv, &inv)
+	// The first inventory always counts as a change, even an empty one: the
+	// device-plugin shim waits for it.
+	if old.gen > 0 && apiequality.Semantic.DeepEqual(old.inv, inv) {
+		return false, nil
 	}
-	d.rewriteSpecsLocked(klog.FromContext(ctx), cp, func(c checkpoint.Claim) bool {
-		return slices.ContainsFunc(nodeWide, func(n checkpoint.Claim) bool { return n.UID == c.UID || sharesPod(c, n) })
-	})
+	cur := &view{gen: old.gen + 1, inv: inv, byDevice: devices.Published(inv), replaced: make(chan struct{})}
+	cur.taintedSince = taints(p.cfg, old, cur, time.Now())
+	p.cur.Store(cur)
+	close(old.replaced)
+	p.healthMetrics(cur)
+	if old.gen > 0 && p.onChange != nil {
+		p.onChange(ctx, old, cur)
+	}
+	logInventory(klog.FromContext(ctx), old.inv, inv)
+	if p.onInv != nil {
+		p.onInv(inv)
+	}
+	return true, nil
 }
 
 // logInventory logs the HCAs and the warnings that are new since the last
@@ -116,41 +124,42 @@ func logInventory(logger klog.Logger, old, inv hca.Inventory) {
 	logger.Info("RDMA inventory", "hcas", len(inv.HCAs), "usable", usable, "netnsMode", inv.NetnsMode)
 }
 
-// resources is what the current inventory publishes.
-func (d *Driver) resourcesLocked() resourceslice.DriverResources {
-	return devices.Resources(d.cfg.NodeName, d.inv, devices.Options{
-		DriverName: d.cfg.DriverName, Shares: d.cfg.Shares, LegacyShares: d.cfg.LegacyShares,
-		HCAHandles: d.cfg.HCAHandles, HCAObjects: d.cfg.HCAObjects,
-		TaintedSince: d.taintedSince,
+// resources is what v publishes.
+func (p *publisher) resources(v *view) resourceslice.DriverResources {
+	return devices.Resources(p.cfg.NodeName, v.inv, devices.Options{
+		DriverName: p.cfg.DriverName, Shares: p.cfg.Shares, LegacyShares: p.cfg.LegacyShares,
+		HCAHandles: p.cfg.Limits.Handles, HCAObjects: p.cfg.Limits.Objects,
+		TaintedSince: v.taintedSince,
 	})
 }
 
-// publish hands the slices to the publisher when they differ from what it
+// setPublisher hands the publisher the helper once it is started, and
+// publishes the current view.
+func (p *publisher) setPublisher(ctx context.Context, helper SlicePublisher) error {
+	p.setHelper(helper)
+	return p.publish(ctx)
+}
+
+func (p *publisher) setHelper(helper SlicePublisher) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.helper, p.published = helper, nil
+}
+
+// publish hands the slices to the helper when they differ from what it
 // was last given.
-func (d *Driver) publish(ctx context.Context) error {
+func (p *publisher) publish(ctx context.Context) error {
 	// Held across PublishResources: with concurrent publishes, a slower
 	// one carrying an older inventory must not land last.
-	d.pubMu.Lock()
-	defer d.pubMu.Unlock()
-	d.mu.Lock()
-	if d.publisher == nil {
-		d.mu.Unlock()
+	p.pubMu.Lock()
+	defer p.pubMu.Unlock()
+	helper, res := p.unpublished()
+	if helper == nil {
 		return nil
 	}
-	res := d.resourcesLocked()
-	if d.published != nil && apiequality.Semantic.DeepEqual(*d.published, res) {
-		d.mu.Unlock()
-		return nil
-	}
-	d.published = &res
-	p := d.publisher
-	d.mu.Unlock()
-
-	if err := p.PublishResources(ctx, res); err != nil {
-		d.mu.Lock()
-		d.published = nil
-		d.mu.Unlock()
-		d.metrics.backgroundErrors.WithLabelValues("publish").Inc()
+	if err := helper.PublishResources(ctx, res); err != nil {
+		p.forgetPublished()
+		p.metrics.backgroundErrors.WithLabelValues("publish").Inc()
 		return err
 	}
 	devs := 0
@@ -159,31 +168,48 @@ func (d *Driver) publish(ctx context.Context) error {
 			devs += len(s.Devices)
 		}
 	}
-	d.metrics.publishes.Inc()
-	d.metrics.lastPublish.SetToCurrentTime()
-	d.metrics.publishedDevices.Set(float64(devs))
+	p.metrics.publishes.Inc()
+	p.metrics.lastPublish.SetToCurrentTime()
+	p.metrics.publishedDevices.Set(float64(devs))
 	klog.FromContext(ctx).V(2).Info("Published ResourceSlices", "devices", devs)
 	return nil
 }
 
-// Run rescans every RescanInterval and republishes on change, and retries
-// a publish the API server refused, with backoff, until ctx ends.
-func (d *Driver) Run(ctx context.Context) {
+// unpublished returns the helper and the slices of the current view, and
+// marks them published, or no helper when there is none or it has them.
+func (p *publisher) unpublished() (SlicePublisher, resourceslice.DriverResources) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.helper == nil {
+		return nil, resourceslice.DriverResources{}
+	}
+	res := p.resources(p.current())
+	if p.published != nil && apiequality.Semantic.DeepEqual(*p.published, res) {
+		return nil, resourceslice.DriverResources{}
+	}
+	p.published = &res
+	return p.helper, res
+}
+
+func (p *publisher) forgetPublished() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.published = nil
+}
+
+// run rescans every RescanInterval and republishes on change, calls sweep
+// on the same ticks, and retries a publish the API server refused, with
+// backoff, until ctx ends. It starts the port watcher.
+func (p *publisher) run(ctx context.Context, sweep func()) {
 	logger := klog.FromContext(ctx)
-	interval := d.cfg.RescanInterval
+	interval := p.cfg.RescanInterval
 	if interval <= 0 {
 		interval = 10 * time.Second
 	}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
-	if ps, ok := d.source.(PortStater); ok && d.cfg.PortPollInterval > 0 {
-		go d.watchPorts(ctx, d.cfg.PortPollInterval, ps)
-	}
-	if d.kernel != nil {
-		go d.followKernel(ctx, d.kernel)
-	}
-	if d.status != nil {
-		go d.status.run(ctx)
+	if p.cfg.PortPollInterval > 0 {
+		go p.watchPorts(ctx, p.cfg.PortPollInterval)
 	}
 	var retry <-chan time.Time
 	for {
@@ -191,82 +217,75 @@ func (d *Driver) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-			d.sweepSpecs(ctx, time.Now())
+			sweep()
 		case <-retry:
 			retry = nil
-		case <-d.retryRequests():
+		case <-p.retryCh:
 			if retry == nil {
-				backoff := d.nextBackoff()
+				backoff := p.nextBackoff()
 				logger.Info("Republishing ResourceSlices after an error", "in", backoff)
 				retry = time.After(backoff)
 			}
 			continue
 		}
-		if changed, err := d.rescan(ctx); err != nil {
+		if changed, err := p.rescan(ctx); err != nil {
 			logger.Error(err, "Rediscovery failed; keeping the last inventory")
 			continue
 		} else if changed {
-			d.resetBackoff()
+			p.resetBackoff()
 		}
-		if err := d.publish(ctx); err != nil {
+		if err := p.publish(ctx); err != nil {
 			logger.Error(err, "Publishing ResourceSlices failed")
 		}
 	}
 }
 
-// HandleError is called by the helper for background errors, mostly from
+// handleError is called by the helper for background errors, mostly from
 // publishing. Dropped fields and validation errors will not heal by
 // themselves (the cluster lacks a feature, or our slice is wrong): they are
 // logged and counted, and the slices are published again with backoff
 // instead of crash-looping the daemon.
-func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+func (p *publisher) handleError(ctx context.Context, err error, msg string) {
 	kind := "publish"
 	var dropped *resourceslice.DroppedFieldsError
 	fatal := errors.As(err, &dropped) || apierrors.IsInvalid(err)
 	if !fatal && !errors.Is(err, kubeletplugin.ErrRecoverable) {
 		kind = "other"
 	}
-	d.metrics.backgroundErrors.WithLabelValues(kind).Inc()
+	p.metrics.backgroundErrors.WithLabelValues(kind).Inc()
 	runtime.HandleErrorWithContext(ctx, err, msg, "fatalForThisPublish", fatal)
 	if fatal {
-		d.mu.Lock()
-		d.published = nil
-		d.mu.Unlock()
+		p.forgetPublished()
 		select {
-		case d.retryCh <- struct{}{}:
+		case p.retryCh <- struct{}{}:
 		default:
 		}
 	}
 }
 
-func (d *Driver) retryRequests() <-chan struct{} { return d.retryCh }
-
-func (d *Driver) nextBackoff() time.Duration {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.backoff == 0 {
-		d.backoff = time.Second
+func (p *publisher) nextBackoff() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.backoff == 0 {
+		p.backoff = time.Second
 	} else {
-		d.backoff = min(2*d.backoff, 5*time.Minute)
+		p.backoff = min(2*p.backoff, 5*time.Minute)
 	}
-	return d.backoff
+	return p.backoff
 }
 
-func (d *Driver) resetBackoff() {
-	d.mu.Lock()
-	d.backoff = 0
-	d.mu.Unlock()
+func (p *publisher) resetBackoff() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.backoff = 0
 }
 
 // Rescan rediscovers the node now, everything read again, and republishes
-// if anything changed: kernel events, the port watcher (and tests) call it.
-// Run's periodic rescan re-reads only what changes without an event.
-func (d *Driver) Rescan(ctx context.Context) error {
-	if inv, ok := d.source.(Invalidator); ok {
-		inv.Invalidate()
-	}
-	if _, err := d.rescan(ctx); err != nil {
+// if anything changed.
+func (p *publisher) Rescan(ctx context.Context) error {
+	p.source.Invalidate()
+	if _, err := p.rescan(ctx); err != nil {
 		return err
 	}
-	return d.publish(ctx)
+	return p.publish(ctx)
 }

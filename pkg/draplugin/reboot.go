@@ -38,15 +38,15 @@ func (m *Metrics) registerRebootMetrics() {
 // discardPreviousBoot removes the claims prepared in an earlier boot from
 // the checkpoint, and their specs where the CDI dir survived, saying so in
 // one log line.
-func (d *Driver) discardPreviousBoot(ctx context.Context) error {
-	if d.bootID == "" {
+func (s *claimState) discardPreviousBoot(ctx context.Context) error {
+	if s.bootID == "" {
 		return nil
 	}
 	var discarded []checkpoint.Claim
-	err := d.store.Update(func(cp *checkpoint.Checkpoint) error {
+	err := s.store.Update(func(cp *checkpoint.Checkpoint) error {
 		discarded = discarded[:0]
 		for _, uid := range sortedKeys(cp.Claims) {
-			if c := cp.Claims[uid]; c.BootID != "" && c.BootID != d.bootID {
+			if c := cp.Claims[uid]; c.BootID != "" && c.BootID != s.bootID {
 				discarded = append(discarded, c)
 				delete(cp.Claims, uid)
 			}
@@ -66,13 +66,13 @@ func (d *Driver) discardPreviousBoot(ctx context.Context) error {
 		previous[c.BootID] = true
 		// Only where the CDI dir is not a tmpfs: the spec of a claim that
 		// is no longer prepared must not outlive it.
-		if err := d.specs.RemoveClaim(c.UID); err != nil {
+		if err := s.specs.RemoveClaim(c.UID); err != nil {
 			klog.FromContext(ctx).Error(err, "Cannot remove the CDI spec of a claim discarded after a reboot", "claim", c.Namespace+"/"+c.Name, "claimUID", c.UID)
-			d.metrics.backgroundErrors.WithLabelValues("cdi").Inc()
+			s.metrics.backgroundErrors.WithLabelValues("cdi").Inc()
 		}
 	}
 	klog.FromContext(ctx).Info("The node rebooted since these claims were prepared: discarded them from the checkpoint; the kubelet prepares again the claims of pods still on this node, and unprepares the others as no-ops",
-		"discarded", len(discarded), "claims", names, "previousBootIDs", sortedKeys(previous), "bootID", d.bootID)
-	d.metrics.rebootDiscarded.Add(float64(len(discarded)))
+		"discarded", len(discarded), "claims", names, "previousBootIDs", sortedKeys(previous), "bootID", s.bootID)
+	s.metrics.rebootDiscarded.Add(float64(len(discarded)))
 	return nil
 }

@@ -40,8 +40,8 @@ func TestDiscardPreviousBootSaysSoOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
-			d := &Driver{store: store, specs: cdi.NewSpecDir(filepath.Join(dir, "cdi")), bootID: now, metrics: NewMetrics()}
-			if err := d.discardPreviousBoot(klog.NewContext(t.Context(), logger)); err != nil {
+			s := &claimState{store: store, specs: cdi.NewSpecDir(filepath.Join(dir, "cdi")), bootID: now, metrics: NewMetrics()}
+			if err := s.discardPreviousBoot(klog.NewContext(t.Context(), logger)); err != nil {
 				t.Fatal(err)
 			}
 			logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()

@@ -59,7 +59,7 @@ func TestReboot(t *testing.T) {
 	if err := e.client.ResourceV1().ResourceClaims("default").Delete(context.Background(), gone.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.bootID, e.metrics = bootB, draplugin.NewMetrics()
+	e.bootID, e.deps.metrics = bootB, draplugin.NewMetrics()
 	e.start()
 
 	cp, err := checkpoint.NewStore(e.checkpointPath()).Load()
@@ -69,7 +69,7 @@ func TestReboot(t *testing.T) {
 	if got, want := slices.Sorted(maps.Keys(cp.Claims)), []string{string(afterBoot.UID), string(unknownBoot.UID)}; !slices.Equal(got, want) {
 		t.Errorf("checkpoint after the reboot holds %v, want only %v (the previous boot's claims discarded)", got, want)
 	}
-	if v := counterValue(t, e.metrics, "rdma_dra_reboot_discarded_claims_total"); v != 2 {
+	if v := counterValue(t, e.deps.metrics, "rdma_dra_reboot_discarded_claims_total"); v != 2 {
 		t.Errorf("reboot_discarded_claims_total = %v, want 2", v)
 	}
 	// The kept claims' specs are rewritten (containers may restart with
@@ -104,9 +104,9 @@ func TestReboot(t *testing.T) {
 
 	// A restart in the same boot discards nothing and keeps every spec.
 	e.stop()
-	e.metrics = draplugin.NewMetrics()
+	e.deps.metrics = draplugin.NewMetrics()
 	e.start()
-	if v := counterValue(t, e.metrics, "rdma_dra_reboot_discarded_claims_total"); v != 0 {
+	if v := counterValue(t, e.deps.metrics, "rdma_dra_reboot_discarded_claims_total"); v != 0 {
 		t.Errorf("after a restart without a reboot, reboot_discarded_claims_total = %v, want 0", v)
 	}
 	if uids := specUIDs(t, e); !slices.Contains(uids, string(live.UID)) {

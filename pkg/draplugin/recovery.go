@@ -28,11 +28,11 @@ import (
 // boot lost claims that may be in use: an error, counted in
 // background_errors_total{kind="checkpoint"}. So is one whose age cannot be
 // told.
-func (d *Driver) quarantineCheckpoint(ctx context.Context, loadErr error, bootTime func() (time.Time, error)) error {
+func (s *claimState) quarantineCheckpoint(ctx context.Context, loadErr error, bootTime func() (time.Time, error)) error {
 	logger := klog.FromContext(ctx)
 	// Before the move: it keeps the mtime, but the file is then elsewhere.
-	modified, booted, earlier, why := writtenBeforeBoot(d.store.Path(), bootTime)
-	moved, err := d.store.Quarantine()
+	modified, booted, earlier, why := writtenBeforeBoot(s.store.Path(), bootTime)
+	moved, err := s.store.Quarantine()
 	if err != nil {
 		return fmt.Errorf("%v; moving it aside failed too: %w", loadErr, err)
 	}
@@ -48,7 +48,7 @@ func (d *Driver) quarantineCheckpoint(ctx context.Context, loadErr error, bootTi
 		kv = append(kv, "modified", modified.UTC().Format(time.RFC3339), "bootTime", booted.UTC().Format(time.RFC3339))
 	}
 	logger.Error(loadErr, "Checkpoint is corrupt; moved it aside and starting with no prepared claims", kv...)
-	d.metrics.backgroundErrors.WithLabelValues("checkpoint").Inc()
+	s.metrics.backgroundErrors.WithLabelValues("checkpoint").Inc()
 	return nil
 }
 
@@ -78,90 +78,163 @@ const staleSpecAge = time.Minute
 // may be under way during a rolling update.
 const staleTempAge = 10 * time.Second
 
-// sweepSpecs removes the CDI specs of claims that are not prepared (a crash
-// between writing a spec and the checkpoint leaves one). It runs at start
-// and on every rescan tick, on the slow path.
-func (d *Driver) sweepSpecs(ctx context.Context, now time.Time) {
+// sweep is the one sweep of what no prepared claim owns: the CDI specs of
+// claims that are not prepared (a crash between writing a spec and the
+// checkpoint leaves one), their metadata files, and the temporary files of
+// writes that never finished. It runs at start and on every rescan tick,
+// on the slow path.
+func (s *claimState) sweep(ctx context.Context, now time.Time) {
 	logger := klog.FromContext(ctx)
-	cp, err := d.store.Load()
+	cp, err := s.store.Load()
 	if err != nil {
 		return // New reported it
 	}
-	uids, err := d.specs.ClaimUIDs()
+	uids, err := s.specs.ClaimUIDs()
 	if err != nil {
 		logger.Error(err, "Listing CDI specs")
 		return
 	}
-	temps, err := d.specs.RemoveStaleTemps(now.Add(-staleTempAge))
+	temps, err := s.specs.RemoveStaleTemps(now.Add(-staleTempAge))
 	for _, name := range temps {
 		logger.Info("Removed the temporary file of a CDI spec write that never finished", "file", name)
 	}
 	if err != nil {
 		logger.Error(err, "Removing stale CDI temporary files")
-		d.metrics.backgroundErrors.WithLabelValues("cdi").Inc()
+		s.metrics.backgroundErrors.WithLabelValues("cdi").Inc()
 	}
 	for _, uid := range uids {
-		if _, ok := cp.Claims[uid]; ok || slices.Contains(d.cfg.PreserveSpecs, uid) || d.orphanSpecs[uid] {
+		if _, ok := cp.Claims[uid]; ok || slices.Contains(s.cfg.PreserveSpecs, uid) || s.orphanSpecs[uid] {
 			continue
 		}
-		fi, err := os.Stat(d.specs.Path(uid))
+		fi, err := os.Stat(s.specs.Path(uid))
 		if err == nil && now.Sub(fi.ModTime()) < staleSpecAge {
 			continue
 		}
-		if err := d.specs.RemoveClaim(uid); err != nil {
+		if err := s.specs.RemoveClaim(uid); err != nil {
 			logger.Error(err, "Removing the CDI spec of a claim that is not prepared", "claimUID", uid)
-			d.metrics.backgroundErrors.WithLabelValues("cdi").Inc()
+			s.metrics.backgroundErrors.WithLabelValues("cdi").Inc()
 			continue
 		}
 		logger.Info("Removed CDI spec of a claim that is not prepared", "claimUID", uid)
 	}
-	if d.meta.dataDir == "" {
+	if s.meta.dataDir == "" {
 		return
 	}
-	removed, err := d.meta.sweep(cp, now, staleSpecAge)
+	removed, err := s.meta.sweep(cp, now, staleSpecAge)
 	for _, path := range removed {
 		logger.Info("Removed a device metadata file of no prepared claim, or left by a write that never finished", "path", path)
 	}
 	if err != nil {
 		logger.Error(err, "Sweeping device metadata files")
-		d.metrics.backgroundErrors.WithLabelValues("metadata").Inc()
+		s.metrics.backgroundErrors.WithLabelValues("metadata").Inc()
 	}
+}
+
+// keepOrphanSpecs keeps the CDI specs found beside a corrupt checkpoint
+// until their claims are unprepared.
+func (s *claimState) keepOrphanSpecs(ctx context.Context) error {
+	uids, err := s.specs.ClaimUIDs()
+	if err != nil {
+		return fmt.Errorf("listing CDI specs: %w", err)
+	}
+	s.orphanSpecs = map[string]bool{}
+	for _, uid := range uids {
+		s.orphanSpecs[uid] = true
+	}
+	if len(uids) > 0 {
+		klog.FromContext(ctx).Info("Keeping the CDI specs found beside the corrupt checkpoint: running pods may restart containers with them; each goes when the kubelet unprepares its claim", "specs", len(uids))
+	}
+	return nil
 }
 
 // recoverSpecs rewrites the CDI specs of prepared claims: /var/run/cdi is a
 // tmpfs that a reboot empties while the kubelet still has them prepared.
-func (d *Driver) recoverSpecs(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
-	cp, err := d.store.Load()
-	if err != nil {
+func (s *claimState) recoverSpecs(ctx context.Context) error {
+	if _, err := s.store.Load(); err != nil {
 		return err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.rewriteSpecsLocked(logger, cp, func(checkpoint.Claim) bool { return true })
+	s.rewriteSpecs(ctx, s.current(), func(checkpoint.Claim) bool { return true })
 	return nil
 }
 
-// rewriteSpecsLocked rewrites the CDI specs of the prepared claims that
-// match. A failure is logged and counted, and the checkpoint entry stays:
-// unprepare must still work.
-func (d *Driver) rewriteSpecsLocked(logger klog.Logger, cp checkpoint.Checkpoint, match func(checkpoint.Claim) bool) {
-	all := slices.Collect(maps.Values(cp.Claims))
-	for _, uid := range sortedKeys(cp.Claims) {
-		claim := cp.Claims[uid]
-		if !match(claim) {
-			continue
+// inventoryChanged rewrites the specs that depend on what changed from old
+// to cur: the publisher calls it for every new view.
+func (s *claimState) inventoryChanged(ctx context.Context, old, cur *view) {
+	if s.cfg.LegacyShares > 0 {
+		s.refreshNodeWideSpecs(ctx, cur)
+	}
+	if old.inv.NetnsMode != cur.inv.NetnsMode {
+		s.netnsModeChanged(ctx, old, cur)
+	}
+}
+
+// refreshNodeWideSpecs rewrites the CDI specs of prepared claims that stand
+// for "every HCA of the node" (the legacy device), and of the claims
+// sharing a pod with them: an HCA added since the prepare is in a restarted
+// container, and a vanished one no longer makes the runtime fail on a
+// missing device node.
+func (s *claimState) refreshNodeWideSpecs(ctx context.Context, v *view) {
+	cp, err := s.store.Load()
+	if err != nil {
+		return // New reported it; the next successful load retries
+	}
+	var nodeWide []checkpoint.Claim
+	for _, c := range cp.Claims {
+		if slices.ContainsFunc(c.Devices, func(dev checkpoint.Device) bool { return s.cfg.isLegacy(dev.Device) }) {
+			nodeWide = append(nodeWide, c)
 		}
-		if err := d.writeSpecLocked(claim, d.groupLocked(claim, all)); err != nil {
-			logger.Error(err, "Cannot rewrite the CDI spec of a prepared claim", "claim", claim.Namespace+"/"+claim.Name, "claimUID", uid)
-			d.metrics.backgroundErrors.WithLabelValues("cdi").Inc()
+	}
+	s.rewriteSpecs(ctx, v, func(c checkpoint.Claim) bool {
+		return slices.ContainsFunc(nodeWide, func(n checkpoint.Claim) bool { return n.UID == c.UID || sharesPod(c, n) })
+	})
+}
+
+// rewriteSpecs rewrites, as v has the HCAs, the CDI specs of the prepared
+// claims that match, each under its claim's lock and as the checkpoint
+// has it then: a prepare or unprepare of the claim in flight goes first.
+func (s *claimState) rewriteSpecs(ctx context.Context, v *view, match func(checkpoint.Claim) bool) {
+	cp, err := s.store.Load()
+	if err != nil {
+		return // New reported it; the next successful load retries
+	}
+	for _, uid := range sortedKeys(cp.Claims) {
+		if c := cp.Claims[uid]; match(c) {
+			s.rewriteOne(ctx, v, c)
+		}
+	}
+}
+
+func (s *claimState) rewriteOne(ctx context.Context, v *view, c checkpoint.Claim) {
+	defer s.locks.lock([]string{c.Namespace + "/" + c.Name})()
+	cp, err := s.store.Load()
+	if err != nil {
+		return
+	}
+	if now, ok := cp.Claims[c.UID]; ok {
+		s.rewriteLocked(klog.FromContext(ctx), v, []checkpoint.Claim{now})
+	}
+}
+
+// rewriteLocked rewrites the CDI specs and metadata of prepared claims,
+// whose locks the caller holds. A failure is logged and counted, and the
+// checkpoint entry stays: unprepare must still work.
+func (s *claimState) rewriteLocked(logger klog.Logger, v *view, claims []checkpoint.Claim) {
+	cp, err := s.store.Load()
+	if err != nil {
+		return
+	}
+	all := slices.Collect(maps.Values(cp.Claims))
+	for _, claim := range claims {
+		if err := s.writeSpec(v, claim, group(s.cfg, v, claim, all)); err != nil {
+			logger.Error(err, "Cannot rewrite the CDI spec of a prepared claim", "claim", claim.Namespace+"/"+claim.Name, "claimUID", claim.UID)
+			s.metrics.backgroundErrors.WithLabelValues("cdi").Inc()
 			continue
 		}
 		// Derived like the spec, and written without fsync: a reboot or
 		// an inventory change rewrites it here.
-		if _, err := d.writeMetadataLocked(claim); err != nil {
-			logger.Error(err, "Cannot rewrite the device metadata of a prepared claim", "claim", claim.Namespace+"/"+claim.Name, "claimUID", uid)
-			d.metrics.backgroundErrors.WithLabelValues("metadata").Inc()
+		if _, err := s.writeMetadata(v, claim); err != nil {
+			logger.Error(err, "Cannot rewrite the device metadata of a prepared claim", "claim", claim.Namespace+"/"+claim.Name, "claimUID", claim.UID)
+			s.metrics.backgroundErrors.WithLabelValues("metadata").Inc()
 		}
 	}
 }

@@ -17,16 +17,16 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 )
 
-// writeMetadataLocked writes the device metadata files of claim c when
+// writeMetadata writes the device metadata files of claim c when
 // they are on, and returns what the kubelet gets for it: the prepared
 // devices, the first of each request also naming the request's metadata
 // CDI device.
-func (d *Driver) writeMetadataLocked(c checkpoint.Claim) ([]kubeletplugin.Device, error) {
-	devs := d.resultDevicesLocked(c)
-	if !d.cfg.DeviceMetadata {
+func (s *claimState) writeMetadata(v *view, c checkpoint.Claim) ([]kubeletplugin.Device, error) {
+	devs := resultDevices(s.cfg, v, c)
+	if !s.cfg.DeviceMetadata {
 		return devs, nil
 	}
-	ids, err := d.meta.write(c, devs)
+	ids, err := s.meta.write(c, devs)
 	if err != nil {
 		return nil, err
 	}
@@ -41,43 +41,44 @@ func (d *Driver) writeMetadataLocked(c checkpoint.Claim) ([]kubeletplugin.Device
 	return devs, nil
 }
 
-// writeSpecLocked (re)writes the CDI spec of a resolved claim. group is the
+// writeSpec (re)writes the CDI spec of a resolved claim. group is the
 // set of HCAs the claim's containers see with it, for the aggregate env.
-func (d *Driver) writeSpecLocked(c checkpoint.Claim, group []hca.HCA) error {
+func (s *claimState) writeSpec(v *view, c checkpoint.Claim, group []hca.HCA) error {
+	cfg := s.cfg
 	env := false
 	family := ""
 	var pkey *hca.PKey
 	var devs []cdi.ClaimDevice
 	for _, dev := range c.Devices {
-		opts := cdi.EditOptions{ManagementDevices: dev.ManagementDevices, Env: dev.Env, HostDevRoot: d.cfg.HostDevRoot}
+		opts := cdi.EditOptions{ManagementDevices: dev.ManagementDevices, Env: dev.Env, HostDevRoot: cfg.HostDevRoot}
 		var edits cdispec.ContainerEdits
 		var err error
-		if h, ok := d.byDevice[dev.Device]; ok {
+		if h, ok := v.byDevice[dev.Device]; ok {
 			edits, err = cdi.DeviceEdits(h, opts)
 			// The hostNetwork check before anything is done for the container.
-			edits.Hooks = append(d.hostNetworkHooks(h.Name), edits.Hooks...)
+			edits.Hooks = append(cfg.hostNetworkHooks(h.Name), edits.Hooks...)
 			// The move first: a container whose HCA cannot join its
 			// namespace is refused before anything else is done for it.
 			var move *cdispec.Hook
 			if err == nil {
-				if move, err = d.netnsHookLocked(c, dev, h); move != nil {
+				if move, err = s.netnsHook(v, c, dev, h); move != nil {
 					edits.Hooks = append(edits.Hooks, move)
 				}
 			}
 			if err == nil && dev.Limits != nil {
-				edits.Hooks = append(edits.Hooks, cdi.LimitHook(d.cfg.HookPath, h.Name, dev.Limits.HCAHandles, dev.Limits.HCAObjects))
+				edits.Hooks = append(edits.Hooks, cdi.LimitHook(cfg.HookPath, h.Name, dev.Limits.HCAHandles, dev.Limits.HCAObjects))
 			}
-		} else if dev.IBDev == "" && d.isLegacy(dev.Device) {
-			if usable := d.usableLocked(); len(usable) > 0 {
+		} else if dev.IBDev == "" && cfg.isLegacy(dev.Device) {
+			if usable := v.usable(); len(usable) > 0 {
 				edits, err = cdi.NodeEdits(usable, opts)
 				var names []string
 				for _, h := range usable {
 					names = append(names, h.Name)
 				}
-				edits.Hooks = append(d.hostNetworkHooks(names...), edits.Hooks...)
+				edits.Hooks = append(cfg.hostNetworkHooks(names...), edits.Hooks...)
 				if dev.Limits != nil {
 					for _, name := range names {
-						edits.Hooks = append(edits.Hooks, cdi.LimitHook(d.cfg.HookPath, name, dev.Limits.HCAHandles, dev.Limits.HCAObjects))
+						edits.Hooks = append(edits.Hooks, cdi.LimitHook(cfg.HookPath, name, dev.Limits.HCAHandles, dev.Limits.HCAObjects))
 					}
 				}
 			} else {
@@ -86,7 +87,7 @@ func (d *Driver) writeSpecLocked(c checkpoint.Claim, group []hca.HCA) error {
 				edits = cdispec.ContainerEdits{Env: []string{"RDMA_DEVICES="}}
 			}
 		} else {
-			return fmt.Errorf("device %s (%s) is no longer usable on node %s", dev.Device, dev.IBDev, d.cfg.NodeName)
+			return fmt.Errorf("device %s (%s) is no longer usable on node %s", dev.Device, dev.IBDev, cfg.NodeName)
 		}
 		if err != nil {
 			return err
@@ -99,28 +100,28 @@ func (d *Driver) writeSpecLocked(c checkpoint.Claim, group []hca.HCA) error {
 		devs = append(devs, cdi.ClaimDevice{Name: cdi.DeviceName(c.UID, dev.Device, dev.ShareID), Edits: edits})
 	}
 	if len(devs) == 0 {
-		return d.specs.RemoveClaim(c.UID)
+		return s.specs.RemoveClaim(c.UID)
 	}
-	common := cdi.CommonEdits(d.inv.RDMACM, group, cdi.EditOptions{Env: env, HostDevRoot: d.cfg.HostDevRoot,
+	common := cdi.CommonEdits(v.inv.RDMACM, group, cdi.EditOptions{Env: env, HostDevRoot: cfg.HostDevRoot,
 		Network: cdi.Network(c.Network), Family: cdi.AddressFamily(family), PKey: pkey})
-	return d.specs.WriteClaim(c.UID, common, devs)
+	return s.specs.WriteClaim(c.UID, common, devs)
 }
 
-// groupLocked returns the HCAs a container using claim c may see together:
+// group returns the HCAs a container using claim c may see together:
 // its own, plus those of every claim reserved for one of the same pods. All
 // claims of a container then carry identical aggregate variables, so the
 // runtime's "last device wins" for env cannot hide an HCA.
-func (d *Driver) groupLocked(c checkpoint.Claim, candidates []checkpoint.Claim) []hca.HCA {
+func group(cfg *Config, v *view, c checkpoint.Claim, candidates []checkpoint.Claim) []hca.HCA {
 	seen := map[string]bool{}
 	var group []hca.HCA
 	add := func(other checkpoint.Claim) {
 		for _, dev := range other.Devices {
-			hcas := []hca.HCA{d.byDevice[dev.Device]}
-			if d.isLegacy(dev.Device) {
-				hcas = d.usableLocked()
+			hcas := []hca.HCA{v.byDevice[dev.Device]}
+			if cfg.isLegacy(dev.Device) {
+				hcas = v.usable()
 			}
 			for _, h := range hcas {
-				if name := deviceName(h); h.Name != "" && !seen[name] {
+				if name := devices.DeviceName(h.Name); h.Name != "" && !seen[name] {
 					seen[name] = true
 					group = append(group, h)
 				}
@@ -145,9 +146,9 @@ func sharesPod(a, b checkpoint.Claim) bool {
 	return false
 }
 
-// resultDevicesLocked is what the kubelet hands to the runtime for a
+// resultDevices is what the kubelet hands to the runtime for a
 // claim, with each device's metadata when that is on.
-func (d *Driver) resultDevicesLocked(c checkpoint.Claim) []kubeletplugin.Device {
+func resultDevices(cfg *Config, v *view, c checkpoint.Claim) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, 0, len(c.Devices))
 	for _, dev := range c.Devices {
 		kd := kubeletplugin.Device{
@@ -160,36 +161,36 @@ func (d *Driver) resultDevicesLocked(c checkpoint.Claim) []kubeletplugin.Device 
 			id := types.UID(dev.ShareID)
 			kd.ShareID = &id
 		}
-		if d.cfg.DeviceMetadata {
-			kd.Metadata = d.metadataLocked(dev)
+		if cfg.DeviceMetadata {
+			kd.Metadata = metadataOf(cfg, v, dev)
 		}
 		out = append(out, kd)
 	}
 	return out
 }
 
-// metadataLocked is the metadata of a prepared device, from the inventory
+// metadataOf is the metadata of a prepared device, from the inventory
 // it was prepared with.
-func (d *Driver) metadataLocked(dev checkpoint.Device) *kubeletplugin.DeviceMetadata {
-	opts := devices.Options{DriverName: d.cfg.DriverName}
-	if h, ok := d.byDevice[dev.Device]; ok {
-		attrs := devices.Metadata(h, d.inv.NetnsMode, dev.ShareID, opts)
+func metadataOf(cfg *Config, v *view, dev checkpoint.Device) *kubeletplugin.DeviceMetadata {
+	opts := devices.Options{DriverName: cfg.DriverName}
+	if h, ok := v.byDevice[dev.Device]; ok {
+		attrs := devices.Metadata(h, v.inv.NetnsMode, dev.ShareID, opts)
 		if k := dev.PKey; k != nil {
 			v, i := fmt.Sprintf("0x%04x", k.Value), int64(k.Index)
-			attrs[d.cfg.DriverName+"/pkey"] = resourceapi.DeviceAttribute{StringValue: &v}
-			attrs[d.cfg.DriverName+"/pkeyIndex"] = resourceapi.DeviceAttribute{IntValue: &i}
+			attrs[cfg.DriverName+"/pkey"] = resourceapi.DeviceAttribute{StringValue: &v}
+			attrs[cfg.DriverName+"/pkeyIndex"] = resourceapi.DeviceAttribute{IntValue: &i}
 		}
 		if l := dev.Limits; l != nil {
 			for name, v := range map[string]int64{"hcaHandleLimit": l.HCAHandles, "hcaObjectLimit": l.HCAObjects} {
 				if v > 0 {
-					attrs[d.cfg.DriverName+"/"+name] = resourceapi.DeviceAttribute{IntValue: &v}
+					attrs[cfg.DriverName+"/"+name] = resourceapi.DeviceAttribute{IntValue: &v}
 				}
 			}
 		}
 		return &kubeletplugin.DeviceMetadata{Attributes: attrs}
 	}
-	if d.isLegacy(dev.Device) {
-		return &kubeletplugin.DeviceMetadata{Attributes: devices.LegacyMetadata(d.usableLocked(), opts)}
+	if cfg.isLegacy(dev.Device) {
+		return &kubeletplugin.DeviceMetadata{Attributes: devices.LegacyMetadata(v.usable(), opts)}
 	}
 	return nil
 }

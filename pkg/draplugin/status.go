@@ -36,13 +36,6 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 )
 
-// NetdevReader reads a netdev's hardware address from sysfs
-// (*hca.Discoverer): the host's, even when the daemon has its own network
-// namespace.
-type NetdevReader interface {
-	Netdev(name string) (hca.NetdevAddress, error)
-}
-
 // Condition types and reasons of a prepared device's status.
 const (
 	ConditionReady  = "Ready"
@@ -92,41 +85,62 @@ func newClaimStatus(client resourceclient.ResourceClaimsGetter, driver, node str
 	}
 }
 
-// statusPreparedLocked records that claim c is prepared, with the HCAs it
-// was prepared with. Called with d.mu held; cheap (no I/O).
-func (d *Driver) statusPreparedLocked(c checkpoint.Claim) {
-	if d.status == nil {
+// prepared records that claim c is prepared, with the HCAs of v it was
+// prepared with. Cheap (no I/O); nothing on a nil claimStatus.
+func (s *claimStatus) prepared(cfg *Config, v *view, c checkpoint.Claim) {
+	if s == nil {
 		return
 	}
 	job := statusJob{namespace: c.Namespace, name: c.Name, devices: []statusDevice{}}
 	for _, dev := range c.Devices {
-		sd := statusDevice{dev: dev, legacy: d.isLegacy(dev.Device)}
-		if h, ok := d.byDevice[dev.Device]; ok {
+		sd := statusDevice{dev: dev, legacy: cfg.isLegacy(dev.Device)}
+		if h, ok := v.byDevice[dev.Device]; ok {
 			sd.hca = h
 		}
 		job.devices = append(job.devices, sd)
 	}
-	d.status.set(types.UID(c.UID), job)
+	s.set(types.UID(c.UID), job)
 }
 
-// statusUnprepared records that the claims unprepared without error no
-// longer have devices of ours.
-func (d *Driver) statusUnprepared(claims []kubeletplugin.NamespacedObject, results map[types.UID]error) {
-	if d.status == nil {
+// unprepared records that the claims unprepared without error no longer
+// have devices of ours.
+func (s *claimStatus) unprepared(claims []kubeletplugin.NamespacedObject, results map[types.UID]error) {
+	if s == nil {
 		return
 	}
 	for _, c := range claims {
 		if results[c.UID] == nil {
-			d.status.set(c.UID, statusJob{namespace: c.Namespace, name: c.Name})
+			s.set(c.UID, statusJob{namespace: c.Namespace, name: c.Name})
 		}
 	}
 }
 
 func (s *claimStatus) set(uid types.UID, job statusJob) {
-	s.mu.Lock()
-	s.pending[uid] = job
-	s.mu.Unlock()
+	s.record(uid, job)
 	s.queue.Add(uid)
+}
+
+func (s *claimStatus) record(uid types.UID, job statusJob) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending[uid] = job
+}
+
+func (s *claimStatus) job(uid types.UID) (statusJob, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	job, ok := s.pending[uid]
+	return job, ok
+}
+
+// done forgets job, unless a newer one came meanwhile: it stays for its
+// own turn.
+func (s *claimStatus) done(uid types.UID, job statusJob) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if again, still := s.pending[uid]; still && sameJob(again, job) {
+		delete(s.pending, uid)
+	}
 }
 
 // run applies queued statuses until ctx ends.
@@ -140,18 +154,14 @@ func (s *claimStatus) run(ctx context.Context) {
 		if shutdown {
 			return
 		}
-		s.mu.Lock()
-		job, ok := s.pending[uid]
-		s.mu.Unlock()
+		job, ok := s.job(uid)
 		var err error
 		if ok {
 			err = s.apply(ctx, uid, job)
 		}
-		s.mu.Lock()
-		if again, still := s.pending[uid]; err == nil && still && sameJob(again, job) {
-			delete(s.pending, uid) // a newer job stays for its own turn
+		if err == nil {
+			s.done(uid, job)
 		}
-		s.mu.Unlock()
 		if err != nil && ctx.Err() == nil {
 			klog.FromContext(ctx).Error(err, "Writing the claim's device status; retrying", "claim", klog.KRef(job.namespace, job.name))
 			s.queue.AddRateLimited(uid)

@@ -19,7 +19,7 @@ import (
 
 // claims is where the env's driver writes claim status, or nil.
 func (e *env) claims() resourceclient.ResourceClaimsGetter {
-	if !e.claimStatus {
+	if !e.deps.claimStatus {
 		return nil
 	}
 	return e.client.ResourceV1()
@@ -60,7 +60,7 @@ func (e *env) ourDevices(name string, ok func([]resourceapi.AllocatedDeviceStatu
 func TestClaimStatus(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.claimStatus = true
+	e.deps.claimStatus = true
 	e.start()
 	c := e.claim("st", hostNetworkPod("p", true), one("mlx5-8"))
 	e.mustPrepare(c)
@@ -105,7 +105,7 @@ func TestClaimStatus(t *testing.T) {
 func TestClaimStatusInfiniBand(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.claimStatus = true
+	e.deps.claimStatus = true
 	if err := e.node.SetPortState("mlx5_1", 1, "1: DOWN", "2: Polling"); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,19 +20,6 @@ import (
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 )
-
-// HostLinks tells why the node's own traffic needs one of the host's
-// netdevs: rdmanl.RouteClient on a node (the daemon is on the host network).
-type HostLinks interface {
-	// NetdevUse is "carries the node's default route", "holds the node's
-	// InternalIP <ip>", or ""; a netdev it cannot find is an error.
-	NetdevUse(name string, nodeIPs []netip.Addr) (string, error)
-}
-
-// NodeIPs reads the Node's InternalIPs.
-type NodeIPs interface {
-	InternalIPs(ctx context.Context) ([]netip.Addr, error)
-}
 
 // NodeGetter reads the InternalIPs from the Node object: a GET each time,
 // made only for claims whose netdevs move (rare), so an address changed
@@ -63,20 +51,18 @@ func (g NodeGetter) InternalIPs(ctx context.Context) ([]netip.Addr, error) {
 
 // netdevUse checks the netdevs of h before a claim may move them, and
 // remembers the InternalIPs for the hook's own check.
-func (d *Driver) netdevUse(ctx context.Context, h hca.HCA) error {
-	if d.hostLinks == nil || d.nodeIPSource == nil {
+func (f *factReader) netdevUse(ctx context.Context, h hca.HCA) error {
+	if f.hostLinks == nil || f.nodeIPs == nil {
 		return fmt.Errorf("HCA %s: moveNetdev needs the driver to check that none of its netdevs (%v) carries the node's default route "+
 			"or holds its InternalIP, and this driver cannot read the host's routes or the Node", h.Name, h.Netdevs)
 	}
-	ips, err := d.nodeIPSource.InternalIPs(ctx)
+	ips, err := f.nodeIPs.InternalIPs(ctx)
 	if err != nil {
 		return fmt.Errorf("HCA %s: cannot check its netdevs before moving them (moveNetdev): %w", h.Name, err)
 	}
-	d.mu.Lock()
-	d.nodeIPs = ips
-	d.mu.Unlock()
+	f.ips.set(ips)
 	for _, nd := range h.Netdevs {
-		why, err := d.hostLinks.NetdevUse(nd, ips)
+		why, err := f.hostLinks.NetdevUse(nd, ips)
 		if err != nil {
 			return fmt.Errorf("HCA %s: cannot check its netdev %s before moving it (moveNetdev): %w", h.Name, nd, err)
 		}
@@ -90,25 +76,37 @@ func (d *Driver) netdevUse(ctx context.Context, h hca.HCA) error {
 
 // readNodeIPs reads the InternalIPs once at start, for specs rewritten
 // before any prepare checks them again.
-func (d *Driver) readNodeIPs(ctx context.Context) error {
-	if d.nodeIPSource == nil {
+func (f *factReader) readNodeIPs(ctx context.Context) error {
+	if f.nodeIPs == nil {
 		return nil
 	}
-	ips, err := d.nodeIPSource.InternalIPs(ctx)
+	ips, err := f.nodeIPs.InternalIPs(ctx)
 	if err != nil {
 		return err
 	}
-	d.mu.Lock()
-	d.nodeIPs = ips
-	d.mu.Unlock()
+	f.ips.set(ips)
 	return nil
 }
 
-// nodeIPArgsLocked are the InternalIPs for the hook's --node-ip, as last
-// read (at start, and at each prepare that moves netdevs).
-func (d *Driver) nodeIPArgsLocked() []string {
-	out := make([]string, 0, len(d.nodeIPs))
-	for _, ip := range d.nodeIPs {
+// nodeIPCache holds the Node's InternalIPs as last read (at start, and at
+// each prepare that moves netdevs), for the hook's --node-ip.
+type nodeIPCache struct {
+	mu  sync.Mutex
+	ips []netip.Addr
+}
+
+func (c *nodeIPCache) set(ips []netip.Addr) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ips = ips
+}
+
+// args are the InternalIPs as the hook's arguments, sorted.
+func (c *nodeIPCache) args() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.ips))
+	for _, ip := range c.ips {
 		out = append(out, ip.String())
 	}
 	slices.Sort(out)

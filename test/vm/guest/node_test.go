@@ -105,7 +105,7 @@ func startNode(t *testing.T, nc nodeConfig) *node {
 		t.Fatal(err)
 	}
 	deps := draplugin.Deps{
-		Inventory:  hca.NewDiscoverer(hca.WithNetlink(hca.HostNetlink("/sys"))),
+		HCAs:       hca.NewDiscoverer(hca.WithNetlink(hca.HostNetlink("/sys"))),
 		SpecDir:    cdi.NewSpecDir(n.cdiDir),
 		Checkpoint: checkpoint.NewStore(filepath.Join(n.pluginDir, "checkpoint.json")),
 		BootID:     bootID,
@@ -124,10 +124,10 @@ func startNode(t *testing.T, nc nodeConfig) *node {
 	drv, err := draplugin.New(ctx, draplugin.Config{
 		DriverName: driverName, NodeName: nodeName, HostDevRoot: "/dev",
 		AllowNonHostNetwork: !nc.hostNetworkOnly, RescanInterval: cmp.Or(nc.rescan, 10*time.Second),
-		DefaultHCAHandles: nc.defaultHCAHandles, DefaultHCAObjects: nc.defaultHCAObjects,
 		Shares: nc.shares, LegacyShares: nc.legacyShares,
-		TaintUnhealthy: true, PortPollInterval: 250 * time.Millisecond,
-		HCAHandles: nc.hcaHandles, HCAObjects: nc.hcaObjects, HookPath: nc.hookPath,
+		TaintUnhealthy: true, PortPollInterval: 250 * time.Millisecond, HookPath: nc.hookPath,
+		Limits: draplugin.HCALimits{Handles: nc.hcaHandles, Objects: nc.hcaObjects,
+			DefaultHandles: nc.defaultHCAHandles, DefaultObjects: nc.defaultHCAObjects},
 	}, deps)
 	if err != nil {
 		t.Fatalf("starting the driver: %v", err)
