@@ -69,10 +69,25 @@ type DataPath struct {
 	// ACS is the ACS control of the shared bridge's downstream ports on the
 	// way to Function and to each GPU.
 	ACS []ACSPort
-	// GPUDirect and GPUDirectReason: see GPUDirect.
+	// GPUDirect and why it is not ready or unknown: GPUDirectCause is a
+	// short code (GPUDirectCause*), GPUDirectReason the sentence naming the
+	// ports and functions.
 	GPUDirect       GPUDirect
+	GPUDirectCause  string
 	GPUDirectReason string
 }
+
+// Causes of a GPUDirect that is not ready or unknown: label values.
+const (
+	// GPUDirectCauseACS: ACS P2P Request Redirect on the switch port toward
+	// the data path function sends its peer-to-peer DMA through the root port.
+	GPUDirectCauseACS = "acs-redirects-p2p"
+	// GPUDirectCauseIOMMU: the Data Direct function and its GPU are in
+	// different IOMMU groups, and the GPU driver refuses peer-to-peer.
+	GPUDirectCauseIOMMU = "iommu-groups-split"
+	// GPUDirectCauseUnreadable: the ACS of the switch port could not be read.
+	GPUDirectCauseUnreadable = "acs-unreadable"
+)
 
 // ACSPort is one switch downstream port on a data path.
 type ACSPort struct {
@@ -452,7 +467,7 @@ func (t *pciTree) nearGPUs(entry *pciFunc, h *HCA, dp *DataPath) {
 // Data Direct function must share its GPU's IOMMU group, or the GPU driver
 // refuses peer-to-peer between them.
 func (t *pciTree) judge(entry *pciFunc, dp *DataPath, w warner) {
-	var notReady, unknown []string
+	var notReady, unknown, causes []string
 	depth := slices.Index(entry.path, dp.Shared) + 1
 	if port := entry.path[depth]; port != entry.busID {
 		pf := t.byBus[port]
@@ -466,6 +481,7 @@ func (t *pciTree) judge(entry *pciFunc, dp *DataPath, w warner) {
 		case r.err != nil:
 			w.addErr(r.err)
 			unknown = append(unknown, "the ACS of switch port "+port+" is unknown ("+r.err.Error()+")")
+			causes = append(causes, GPUDirectCauseUnreadable)
 		case r.c.hasACS && r.c.acsControl&acsRequestRedirect != 0:
 			direct := false
 			if r.c.acsControl&acsDirectTranslated != 0 {
@@ -473,6 +489,7 @@ func (t *pciTree) judge(entry *pciFunc, dp *DataPath, w warner) {
 				direct = ec.err == nil && ec.c.hasATS
 			}
 			if !direct {
+				causes = append(causes, GPUDirectCauseACS)
 				notReady = append(notReady, fmt.Sprintf(
 					"ACS P2P Request Redirect is set on switch port %s toward %s: its peer-to-peer DMA to GPU %s goes up through the root port",
 					port, entry.busID, strings.Join(dp.GPUs, ", ")))
@@ -484,6 +501,7 @@ func (t *pciTree) judge(entry *pciFunc, dp *DataPath, w warner) {
 		for _, g := range dp.GPUs {
 			gg := iommuGroup(t.byBus[g])
 			if eg != "" && gg != "" && eg != gg {
+				causes = append(causes, GPUDirectCauseIOMMU)
 				notReady = append(notReady, fmt.Sprintf(
 					"Data Direct function %s (IOMMU group %s) and GPU %s (group %s) are in different IOMMU groups: the GPU driver refuses peer-to-peer between them",
 					entry.busID, eg, g, gg))
@@ -493,8 +511,9 @@ func (t *pciTree) judge(entry *pciFunc, dp *DataPath, w warner) {
 	switch {
 	case len(notReady) > 0:
 		dp.GPUDirect, dp.GPUDirectReason = GPUDirectNotReady, strings.Join(notReady, "; ")
+		dp.GPUDirectCause = causes[slices.IndexFunc(causes, func(c string) bool { return c != GPUDirectCauseUnreadable })]
 	case len(unknown) > 0:
-		dp.GPUDirect, dp.GPUDirectReason = GPUDirectUnknown, strings.Join(unknown, "; ")
+		dp.GPUDirect, dp.GPUDirectReason, dp.GPUDirectCause = GPUDirectUnknown, strings.Join(unknown, "; "), GPUDirectCauseUnreadable
 	default:
 		dp.GPUDirect = GPUDirectReady
 	}
