@@ -274,7 +274,7 @@ func (t *pciTree) vpd(f *pciFunc) vpdRead {
 	default:
 		r.present = true
 		if r.v, err = parseVPD(b); err != nil {
-			r.err = errors.New(fileError(path, err))
+			r.v, r.err = vpd{}, errors.New(fileError(path, err)) // nothing of a garbled VPD is trusted
 		}
 	}
 	t.vpds[f.busID] = r

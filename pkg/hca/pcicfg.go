@@ -20,10 +20,11 @@ type pciID struct {
 // parseModalias parses "pci:v000015B3d00001023sv000015B3sd00000026bc02sc07i00",
 // as the kernel writes a PCI function's modalias.
 func parseModalias(s string) (pciID, error) {
+	s = strings.TrimSpace(s)
 	bad := func(why string) (pciID, error) {
 		return pciID{}, fmt.Errorf("cannot parse %q: %s", s, why)
 	}
-	rest, ok := strings.CutPrefix(strings.TrimSpace(s), "pci:")
+	rest, ok := strings.CutPrefix(s, "pci:")
 	if !ok {
 		return bad(`want "pci:v<8 hex>d<8 hex>sv<8 hex>sd<8 hex>bc<2 hex>sc<2 hex>i<2 hex>"`)
 	}
