@@ -170,6 +170,9 @@ func printTable(w io.Writer, inv hca.Inventory) error {
 				numa = fmt.Sprint(h.PCI.NUMANode)
 			}
 			root = orDash(h.PCI.PCIeRoot)
+			if h.DataPath != nil && h.DataPath.PCIeRoot != "" {
+				root = h.DataPath.PCIeRoot // what the slice publishes
+			}
 		}
 		netdev := "-"
 		if len(h.Netdevs) > 0 {
@@ -201,6 +204,10 @@ func printTable(w io.Writer, inv hca.Inventory) error {
 // metadata file only). docs/attributes.md says why.
 func printFields(w io.Writer, inv hca.Inventory, opts devices.Options) error {
 	pub := devices.Published(inv)
+	taints := map[string][]resourceapi.DeviceTaint{}
+	for _, d := range devices.Devices(inv, opts) {
+		taints[d.Name] = d.Taints
+	}
 	for _, name := range sortedNames(pub) {
 		h := pub[name]
 		fmt.Fprintf(w, "\n%s (%s)\n", name, h.Name)
@@ -222,8 +229,60 @@ func printFields(w io.Writer, inv hca.Inventory, opts devices.Options) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		printDataPath(w, h)
+		for _, t := range taints[name] {
+			fmt.Fprintf(w, "  taint: %s=%s:%s%s\n", t.Key, t.Value, t.Effect, taintMeaning(t.Key, opts))
+		}
 	}
 	return nil
+}
+
+// printDataPath says where the HCA's GPU peer-to-peer DMA enters it, the
+// GPUs near, the card, the ACS of the shared switch and the verdict.
+func printDataPath(w io.Writer, h hca.HCA) {
+	dp := h.DataPath
+	if dp == nil {
+		return
+	}
+	fn := dp.Function + " (its own function)"
+	if dp.DataDirect {
+		fn = fmt.Sprintf("%s (the Data Direct DMA function of %s's card)", dp.Function, h.PCI.BusID)
+	}
+	fmt.Fprintf(w, "  data path: %s, root %s\n", fn, dp.PCIeRoot)
+	switch dp.GPULink {
+	case hca.GPULinkSwitch:
+		fmt.Fprintf(w, "  GPUs: %s (under the switch at %s)\n", strings.Join(dp.GPUs, ", "), dp.Shared)
+	case hca.GPULinkRootComplex:
+		fmt.Fprintf(w, "  GPUs: %s (the same root complex, no switch in common)\n", strings.Join(dp.GPUs, ", "))
+	case hca.GPULinkNUMA:
+		fmt.Fprintf(w, "  GPUs: %s (the same NUMA node, no PCIe in common)\n", strings.Join(dp.GPUs, ", "))
+	default:
+		fmt.Fprintln(w, "  GPUs: none near")
+	}
+	if dp.Board != "" || dp.Product != "" {
+		fmt.Fprintf(w, "  board: %s (%s)\n", orDash(dp.Board), orDash(dp.Product))
+	}
+	for _, a := range dp.ACS {
+		fmt.Fprintf(w, "  switch port %s\n", a)
+	}
+	switch dp.GPUDirect {
+	case hca.GPUDirectReady:
+		fmt.Fprintln(w, "  GPUDirect: ready (peer-to-peer turns in the switch)")
+	case hca.GPUDirectNotReady, hca.GPUDirectUnknown:
+		fmt.Fprintf(w, "  GPUDirect: %s (%s): %s\n", dp.GPUDirect, dp.GPUDirectCause, dp.GPUDirectReason)
+	}
+}
+
+// taintMeaning is what a taint tells an admin.
+func taintMeaning(key string, opts devices.Options) string {
+	driver := opts.DriverName
+	if driver == "" {
+		driver = devices.DefaultDriverName
+	}
+	if key == driver+"/"+devices.TaintGPUDirectNotReady {
+		return " (the HCA works; GPUDirect RDMA through it does not turn in the switch: new claims avoid it unless they tolerate the taint)"
+	}
+	return ""
 }
 
 func sortedNames(m map[string]hca.HCA) []string {

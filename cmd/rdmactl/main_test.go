@@ -195,3 +195,64 @@ func TestDiscoverWide(t *testing.T) {
 		}
 	}
 }
+
+func TestDiscoverWideDataPath(t *testing.T) {
+	for _, tc := range []struct {
+		preset       string
+		want, absent []string
+	}{{
+		preset: "gb300",
+		want: []string{
+			"mlx5-0 mlx5_0 ConnectX-8 InfiniBand 800 Gb/s ACTIVE 0 pci0008:00 ibp1s0 uverbs0",
+			"data path: 0008:03:00.0 (the Data Direct DMA function of 0000:01:00.0's card), root pci0008:00",
+			"GPUs: 0008:06:00.0 (under the switch at 0008:01:00.0)",
+			"board: MT2516X00000 (NVIDIA ConnectX-8 SuperNIC, 800Gb/s XDR IB)",
+			"switch port 0008:02:00.0 toward 0008:03:00.0: ACS SV CR UF",
+			"GPUDirect: ready",
+			"rdma.dra.dev/pfPCIeRoot pci0000:00 metadata",
+			"resource.kubernetes.io/pcieRoot pci0008:00 slice",
+		},
+		absent: []string{"taint:", "not-ready"},
+	}, {
+		preset: "gb300-acs-bad",
+		want: []string{
+			"switch port 0008:02:00.0 toward 0008:03:00.0: ACS SV RR CR UF",
+			"GPUDirect: not-ready (acs-redirects-p2p): ACS P2P Request Redirect is set on switch port 0008:02:00.0",
+			"taint: rdma.dra.dev/gpudirect-not-ready=acs-redirects-p2p:NoSchedule (the HCA works;",
+			"rdma.dra.dev/gpuDirect not-ready metadata",
+		},
+	}, {
+		preset: "gb200",
+		want: []string{
+			"data path: 0000:01:00.0 (its own function), root pci0000:00",
+			"GPUs: 0008:01:00.0, 0009:01:00.0 (the same NUMA node, no PCIe in common)",
+		},
+		absent: []string{"taint:", "GPUDirect:"},
+	}} {
+		t.Run(tc.preset, func(t *testing.T) {
+			root := filepath.Join(t.TempDir(), "node")
+			if _, _, err := rdmactl(t, "simulate", "--preset", tc.preset, "--root", root); err != nil {
+				t.Fatal(err)
+			}
+			out, warnings, err := rdmactl(t, "discover", "-o", "wide", "--netlink=off", "--sysfs-root", root+"/sys", "--dev-root", root+"/dev")
+			if err != nil || warnings != "" {
+				t.Fatalf("discover: %v, stderr %q", err, warnings)
+			}
+			var lines []string
+			for _, l := range strings.Split(out, "\n") {
+				lines = append(lines, strings.Join(strings.Fields(l), " "))
+			}
+			flat := strings.Join(lines, "\n")
+			for _, w := range tc.want {
+				if !strings.Contains(flat, w) {
+					t.Errorf("no %q in:\n%s", w, out)
+				}
+			}
+			for _, a := range tc.absent {
+				if strings.Contains(flat, a) {
+					t.Errorf("%q in:\n%s", a, out)
+				}
+			}
+		})
+	}
+}

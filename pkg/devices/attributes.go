@@ -39,6 +39,14 @@ const (
 	attrRoCEGIDIndex
 	attrSoftware
 	attrNetnsMode
+	attrDataPathPCIBusID
+	attrDataDirect
+	attrPFPCIeRoot
+	attrGPUs
+	attrGPULink
+	attrBoardSerial
+	attrGPUDirect
+	attrGPUDirectCause
 	numAttrs
 )
 
@@ -66,6 +74,16 @@ var attrIDs = [numAttrs]string{
 	attrRoCEGIDIndex:    "roceGIDIndex",
 	attrSoftware:        "software",
 	attrNetnsMode:       "netnsMode",
+	// The GPU data path (hca.DataPath), for the workload and diagnostics:
+	// pairing with GPUs goes through the standard pcieRoot and numaNode.
+	attrDataPathPCIBusID: "dataPathPCIBusID",
+	attrDataDirect:       "dataDirect",
+	attrPFPCIeRoot:       "pfPCIeRoot",
+	attrGPUs:             "gpus",
+	attrGPULink:          "gpuLink",
+	attrBoardSerial:      "boardSerial",
+	attrGPUDirect:        "gpuDirect",
+	attrGPUDirectCause:   "gpuDirectCause",
 }
 
 // inSlice marks the driver attributes a ResourceSlice carries: each one is
@@ -218,8 +236,8 @@ func (m *mapper) attributes(h *hca.HCA, all bool) map[resourceapi.QualifiedName]
 	// Standard attributes: topology for matchAttribute constraints.
 	if pci := h.PCI; pci != nil {
 		s.putStandard(deviceattribute.GetPCIBusIDAttribute(pci.BusID))
-		if pci.PCIeRoot != "" {
-			s.putString(deviceattribute.StandardDeviceAttributePCIeRoot, pci.PCIeRoot)
+		if root := dataPathRoot(h); root != "" {
+			s.putString(deviceattribute.StandardDeviceAttributePCIeRoot, root)
 		}
 		if pci.NUMANode >= 0 {
 			s.putStandard(deviceattribute.GetNUMANodeAttribute(pci.NUMANode, deviceattribute.ScalarAttribute))
@@ -251,7 +269,49 @@ func (m *mapper) attributes(h *hca.HCA, all bool) map[resourceapi.QualifiedName]
 	}
 	s.putBool(n[attrSoftware], h.Software)
 	s.putString(n[attrNetnsMode], string(m.netns))
+	if dp := h.DataPath; dp != nil {
+		s.putString(n[attrDataPathPCIBusID], dp.Function)
+		s.putBool(n[attrDataDirect], dp.DataDirect)
+		if dp.DataDirect && h.PCI != nil {
+			s.putString(n[attrPFPCIeRoot], h.PCI.PCIeRoot)
+		}
+		s.putString(n[attrGPUs], joinFit(dp.GPUs, ",", resourceapi.DeviceAttributeMaxValueLength))
+		s.putString(n[attrGPULink], string(dp.GPULink))
+		s.putString(n[attrBoardSerial], dp.Board)
+		s.putString(n[attrGPUDirect], string(dp.GPUDirect))
+		s.putString(n[attrGPUDirectCause], dp.GPUDirectCause)
+	}
 	return s.m
+}
+
+// dataPathRoot is the root complex GPU peer-to-peer DMA enters the HCA by: its
+// data path function's (the Data Direct DMA function's on a ConnectX-8
+// Data Direct card), else its own function's. docs/gpu-alignment.md says
+// why the standard attribute carries this one.
+func dataPathRoot(h *hca.HCA) string {
+	if h.DataPath != nil && h.DataPath.PCIeRoot != "" {
+		return h.DataPath.PCIeRoot
+	}
+	if h.PCI != nil {
+		return h.PCI.PCIeRoot
+	}
+	return ""
+}
+
+// joinFit joins as many whole items as fit in max bytes.
+func joinFit(items []string, sep string, max int) string {
+	out := ""
+	for _, it := range items {
+		next := it
+		if out != "" {
+			next = out + sep + it
+		}
+		if len(next) > max {
+			break
+		}
+		out = next
+	}
+	return out
 }
 
 // firmwareVersion turns a kernel fw_ver into a semantic version as the

@@ -49,6 +49,9 @@ type Options struct {
 	// DeviceClass with extendedResourceName (legacy route 2).
 	LegacyShares int64
 
+	// An HCA whose GPUDirect is not ready (hca.DataPath) is always tainted
+	// with NoSchedule, key "<driver>/gpudirect-not-ready".
+	//
 	// TaintedSince, when set, taints every HCA whose port is not ACTIVE
 	// with NoSchedule (key "<driver>/port-down"), so new claims avoid it
 	// while claims already on it stay. The map gives each tainted device's
@@ -144,6 +147,9 @@ func Devices(inv hca.Inventory, opts Options) []resourceapi.Device {
 		}
 		if since, ok := opts.TaintedSince[n.name]; ok && n.hca.Problem() != "" {
 			devs[i].Taints = []resourceapi.DeviceTaint{portDownTaint(opts.driverName(), n.hca, since)}
+		}
+		if t, ok := gpuDirectTaint(opts.driverName(), n.hca); ok {
+			devs[i].Taints = append(devs[i].Taints, t)
 		}
 	}
 	if opts.LegacyShares > 0 {

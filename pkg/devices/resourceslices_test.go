@@ -356,6 +356,10 @@ func TestAttributeLimit(t *testing.T) {
 	h := vf()
 	h.Ports[0].RoCEv2GIDIndex = 2
 	h.FirmwareVer = "28.39.2048.1"
+	// Every data path field: a Data Direct card whose GPUDirect is not ready.
+	h.DataPath = &hca.DataPath{Function: "0008:03:00.0", DataDirect: true, PCIeRoot: "pci0008:00",
+		GPUs: []string{"0008:06:00.0"}, GPULink: hca.GPULinkSwitch, Shared: "0008:01:00.0", Board: "MT2516X00000",
+		GPUDirect: hca.GPUDirectNotReady, GPUDirectCause: hca.GPUDirectCauseACS}
 	inv := hca.Inventory{HCAs: []hca.HCA{h}, NetnsMode: hca.NetnsShared}
 	got := Devices(inv, Options{DriverName: strings.Repeat("d", 63), Shares: 10, HCAHandles: 1, HCAObjects: 1})[0]
 	n := len(got.Attributes) + len(got.Capacity)

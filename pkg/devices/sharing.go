@@ -83,6 +83,27 @@ func legacyDevice(driver string, hcas int, shares int64) resourceapi.Device {
 // TaintPortDown is the key of the taint on an HCA whose port is not ACTIVE.
 const TaintPortDown = "port-down"
 
+// TaintGPUDirectNotReady is the key of the taint on an HCA whose GPU
+// peer-to-peer DMA cannot turn in the PCIe switch it shares with its GPUs
+// (hca.GPUDirectNotReady): the HCA works, GPUDirect RDMA through it does
+// not (or crawls through the root port). Its value is the cause
+// (hca.GPUDirectCause*). A claim that does not need GPUDirect tolerates it.
+const TaintGPUDirectNotReady = "gpudirect-not-ready"
+
+// gpuDirectTaint is NoSchedule with no TimeAdded: the apiserver sets it,
+// and the ResourceSlice controller keeps the stored one while the taint is
+// unchanged, so a publish does not move it.
+func gpuDirectTaint(driver string, h *hca.HCA) (resourceapi.DeviceTaint, bool) {
+	if h.DataPath == nil || h.DataPath.GPUDirect != hca.GPUDirectNotReady {
+		return resourceapi.DeviceTaint{}, false
+	}
+	return resourceapi.DeviceTaint{
+		Key:    driver + "/" + TaintGPUDirectNotReady,
+		Value:  h.DataPath.GPUDirectCause,
+		Effect: resourceapi.DeviceTaintEffectNoSchedule,
+	}, true
+}
+
 func portDownTaint(driver string, h *hca.HCA, since metav1.Time) resourceapi.DeviceTaint {
 	value := "unknown"
 	for _, p := range h.Ports {

@@ -122,6 +122,7 @@ func (d *Discoverer) discoverFull() (Inventory, error) {
 		walk.judge(&h, badReason)
 		inv.HCAs = append(inv.HCAs, h)
 	}
+	walk.dataPaths(&inv)
 	// A bad verbs device of an ibdev that is not there (or that has a good
 	// one too) is nobody's UnusableReason: say it on the node.
 	orphans := make([]string, 0, len(badUverbs))

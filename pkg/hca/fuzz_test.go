@@ -77,3 +77,41 @@ func FuzzParseHexInt(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseModalias(f *testing.F) {
+	f.Add("pci:v000015B3d00001023sv000015B3sd00000026bc02sc07i00")
+	f.Add("pci:v000010DEd00003182sv000010DEsd000016C1bc03sc02i00\n")
+	f.Add("pci:v")
+	f.Fuzz(func(t *testing.T, s string) {
+		if id, err := parseModalias(s); err == nil && id.class > 0xffffff {
+			t.Fatalf("parseModalias(%q) accepted class %#x", s, id.class)
+		}
+	})
+}
+
+func FuzzParseConfig(f *testing.F) {
+	c := make([]byte, 4096)
+	c[0], c[1] = 0xb3, 0x15
+	c[0x100], c[0x102] = 0x01, 0x81 // AER, next 0x148
+	c[0x148], c[0x14a] = 0x0d, 0x01 // ACS, last
+	c[0x14e] = 0x19
+	f.Add(c)
+	f.Add(c[:64])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if cfg, err := parseConfig(b); err == nil && cfg.hasACS && len(b) < extendedConfigOffset+8 {
+			t.Fatalf("parseConfig found ACS in %d bytes", len(b))
+		}
+	})
+}
+
+func FuzzParseVPD(f *testing.F) {
+	f.Add([]byte("\x82\x03abc\x90\x08\x00SN\x01xRV\x01\x00\x78"))
+	f.Add([]byte{0x78})
+	f.Add([]byte{0x90, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := parseVPD(b)
+		if err == nil && (len(v.serial) > len(b) || len(v.v3) > len(b) || len(v.name) > len(b)) {
+			t.Fatalf("parseVPD(%q) made up %+v", b, v)
+		}
+	})
+}

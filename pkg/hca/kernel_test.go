@@ -132,6 +132,10 @@ func TestDiscoverKernelListing(t *testing.T) {
 	vf.PCI = &PCIInfo{BusID: "0000:3b:00.2", VendorID: "15b3", DeviceID: "1018", SubsystemVendor: "15b3",
 		SubsystemDevice: "0080", Driver: "mlx5_core", NUMANode: -1, PCIeRoot: "pci0000:3a", SRIOV: SRIOVVF, PFBusID: "0000:3b:00.0"}
 	vf.Netdevs = []string{"enp59s0f0v0"}
+	// No GPU in this listing: each data path is the HCA's own function.
+	f0.DataPath = &DataPath{Function: "0000:3b:00.0", PCIeRoot: "pci0000:3a"}
+	f1.DataPath = &DataPath{Function: "0000:3b:00.1", PCIeRoot: "pci0000:3a"}
+	vf.DataPath = &DataPath{Function: "0000:3b:00.2", PCIeRoot: "pci0000:3a"}
 
 	want := Inventory{
 		NetnsMode: NetnsExclusive, NetnsModeSource: SourceSysfs,
@@ -148,8 +152,9 @@ func TestDiscoverKernelListing(t *testing.T) {
 				MAD:    []CharDevice{mad("issm1", 231, 65), mad("umad1", 231, 1)},
 				PCI: &PCIInfo{BusID: "0000:0c:00.0", VendorID: "15b3", DeviceID: "101b", SubsystemVendor: "15b3",
 					SubsystemDevice: "0007", Driver: "mlx5_core", NUMANode: 0, PCIeRoot: "pci0000:00"},
-				Netdevs: []string{"ibp12s0"},
-				Usable:  true,
+				DataPath: &DataPath{Function: "0000:0c:00.0", PCIeRoot: "pci0000:00"},
+				Netdevs:  []string{"ibp12s0"},
+				Usable:   true,
 			},
 			f0, vf, f1,
 		},

@@ -219,6 +219,12 @@ func (h HCA) clone() HCA {
 	out.Uverbs = clonePtr(h.Uverbs)
 	out.MAD = slices.Clone(h.MAD)
 	out.PCI = clonePtr(h.PCI)
+	if h.DataPath != nil {
+		dp := *h.DataPath
+		dp.GPUs = slices.Clone(dp.GPUs)
+		dp.ACS = slices.Clone(dp.ACS)
+		out.DataPath = &dp
+	}
 	out.Netdevs = slices.Clone(h.Netdevs)
 	out.Warnings = slices.Clone(h.Warnings)
 	return out

@@ -99,6 +99,10 @@ type HCA struct {
 
 	// PCI is nil for software devices.
 	PCI *PCIInfo
+	// DataPath is where GPU peer-to-peer DMA enters the HCA, what shares
+	// that path and whether it is ready; nil for software devices and when
+	// the PCI tree could not be read (a warning says why).
+	DataPath *DataPath
 
 	// Netdevs of the HCA: device/net/*, the ports' GID netdevs and (with
 	// RDMA netlink) the ports' netdevs, sorted, deduplicated.

@@ -39,7 +39,8 @@ type builder struct {
 	n       *Node
 	w       *writer
 	ifindex int
-	written map[string]bool // netdevs and bridges already written
+	written map[string]bool     // netdevs already written
+	pci     map[string]*pciNode // every PCI function, by bus ID
 }
 
 func (b *builder) build() error {
@@ -72,6 +73,8 @@ func (b *builder) build() error {
 			return err
 		}
 	}
+	b.pciTree()
+	b.writePCI()
 	hw := map[string]bool{}
 	for _, h := range s.HCAs {
 		if h.PCI != nil {

@@ -1,6 +1,7 @@
 package hcatest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -83,6 +84,9 @@ func TestPresets(t *testing.T) {
 		{"vm", []string{"rxe0", "rxe1", "siw0"}, "Y", "10:124", checkVM},
 		{"empty", nil, "Y", "", checkEmpty},
 		{"broken", []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5"}, "Y", "10:58", checkBroken},
+		{"gb200", []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"}, "Y", "10:58", checkGB200},
+		{"gb300", []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"}, "Y", "10:58", checkGB300(true)},
+		{"gb300-acs-bad", []string{"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"}, "Y", "10:58", checkGB300(false)},
 	}
 	if got, want := len(tests), len(PresetNames()); got != want {
 		t.Errorf("testing %d presets, there are %d", got, want)
@@ -180,7 +184,10 @@ func checkHCA(t *testing.T, n *Node, h *HCASpec) {
 			wantContent(t, filepath.Join(pciDir, "numa_node"), fmt.Sprint(p.NUMANode))
 		}
 		for _, br := range p.Path[1 : len(p.Path)-1] {
-			wantContent(t, filepath.Join(sys, "bus/pci/devices", br, "vendor"), "0x8086")
+			if !slices.ContainsFunc(n.Spec.Devices, func(d PCIDevSpec) bool { return d.BusID() == br }) {
+				// A bridge the spec does not declare: an Intel root port.
+				wantContent(t, filepath.Join(sys, "bus/pci/devices", br, "vendor"), "0x8086")
+			}
 		}
 	}
 
@@ -269,7 +276,8 @@ func wantFault(t *testing.T, n *Node, path string) {
 }
 
 // checkTree walks the whole tree: every link is relative and resolves,
-// every file but a fault ends with a newline.
+// every file but a fault or a binary attribute (config, vpd) ends with a
+// newline.
 func checkTree(t *testing.T, n *Node) {
 	t.Helper()
 	err := filepath.WalkDir(n.SysfsRoot, func(path string, d fs.DirEntry, err error) error {
@@ -289,7 +297,7 @@ func checkTree(t *testing.T, n *Node) {
 				t.Errorf("%s -> %s dangles: %v", path, target, err)
 			}
 		case d.Type().IsRegular():
-			if _, fault := n.Faults[path]; !fault {
+			if _, fault := n.Faults[path]; !fault && d.Name() != "config" && d.Name() != "vpd" {
 				content(t, path)
 			}
 		}
@@ -978,4 +986,130 @@ func TestNetlink(t *testing.T) {
 		t.Errorf("SetPortState made the hidden ibdev dir")
 	}
 	checkTree(t, foreign)
+}
+
+// pciFile reads a file of the PCI function bdf through bus/pci/devices.
+func pciFile(t *testing.T, n *Node, bdf, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(n.SysfsRoot, "bus", "pci", "devices", bdf, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// realPath is where bus/pci/devices/<bdf> leads, under devices/.
+func realPath(t *testing.T, n *Node, bdf string) string {
+	t.Helper()
+	real, err := filepath.EvalSymlinks(filepath.Join(n.SysfsRoot, "bus", "pci", "devices", bdf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, _ := filepath.Rel(filepath.Join(n.realSys, "devices"), real)
+	return rel
+}
+
+// acsControl reads the ACS Control Register by walking the config file's
+// extended capabilities (-1: no ACS capability).
+func acsControl(t *testing.T, config []byte) int {
+	t.Helper()
+	if len(config) != 4096 {
+		t.Fatalf("config has %d bytes, want 4096", len(config))
+	}
+	for off := 0x100; off != 0; {
+		hdr := uint32(config[off]) | uint32(config[off+1])<<8 | uint32(config[off+2])<<16 | uint32(config[off+3])<<24
+		if hdr&0xffff == 0x000d {
+			return int(config[off+6]) | int(config[off+7])<<8
+		}
+		off = int(hdr >> 20)
+	}
+	return -1
+}
+
+func checkGB200(t *testing.T, n *Node) {
+	for bdf, want := range map[string]struct{ path, modalias, numa string }{
+		"0000:01:00.0": {"pci0000:00/0000:00:00.0/0000:01:00.0", "pci:v000015B3d00001021sv000015B3sd00000041bc02sc07i00", "0"},
+		"0012:01:00.0": {"pci0012:00/0012:00:00.0/0012:01:00.0", "pci:v000015B3d00001021sv000015B3sd00000041bc02sc07i00", "1"},
+		"0008:01:00.0": {"pci0008:00/0008:00:00.0/0008:01:00.0", "pci:v000010DEd00002901sv000010DEsd000016C1bc03sc02i00", "0"},
+		"0019:01:00.0": {"pci0019:00/0019:00:00.0/0019:01:00.0", "pci:v000010DEd00002901sv000010DEsd000016C1bc03sc02i00", "1"},
+		"0008:00:00.0": {"pci0008:00/0008:00:00.0", "pci:v000010DEd000022B1sv00000000sd00000000bc06sc04i00", "0"},
+	} {
+		if got := realPath(t, n, bdf); got != want.path {
+			t.Errorf("%s is at %s, want %s", bdf, got, want.path)
+		}
+		if got := strings.TrimSpace(string(pciFile(t, n, bdf, "modalias"))); got != want.modalias {
+			t.Errorf("%s modalias %s, want %s", bdf, got, want.modalias)
+		}
+		if got := strings.TrimSpace(string(pciFile(t, n, bdf, "numa_node"))); got != want.numa {
+			t.Errorf("%s numa_node %s, want %s", bdf, got, want.numa)
+		}
+	}
+	if got := acsControl(t, pciFile(t, n, "0008:00:00.0", "config")); got != 0x1d {
+		t.Errorf("Grace root port ACS control %#x, want the kernel default 0x1d", got)
+	}
+	if !bytes.Contains(pciFile(t, n, "0002:01:00.0", "vpd"), []byte("SN\x0cMT2430X00001")) {
+		t.Errorf("mlx5_1's VPD lacks its serial")
+	}
+}
+
+func checkGB300(good bool) func(t *testing.T, n *Node) {
+	return func(t *testing.T, n *Node) {
+		for bdf, path := range map[string]string{
+			"0000:01:00.0": "pci0000:00/0000:00:00.0/0000:01:00.0",
+			"0008:03:00.0": "pci0008:00/0008:00:00.0/0008:01:00.0/0008:02:00.0/0008:03:00.0",
+			"0008:06:00.0": "pci0008:00/0008:00:00.0/0008:01:00.0/0008:02:01.0/0008:04:00.0/0008:05:00.0/0008:06:00.0",
+		} {
+			if got := realPath(t, n, bdf); got != path {
+				t.Errorf("%s is at %s, want %s", bdf, got, path)
+			}
+		}
+		for bdf, want := range map[string]string{
+			"0000:01:00.0": "pci:v000015B3d00001023sv000015B3sd00000026bc02sc07i00",
+			"0008:03:00.0": "pci:v000015B3d00002100sv000015B3sd00000026bc08sc80i00",
+			"0008:01:00.0": "pci:v000015B3d0000197Csv00000000sd00000000bc06sc04i00",
+			"0008:06:00.0": "pci:v000010DEd00003182sv000010DEsd000016C1bc03sc02i00",
+		} {
+			if got := strings.TrimSpace(string(pciFile(t, n, bdf, "modalias"))); got != want {
+				t.Errorf("%s modalias %s, want %s", bdf, got, want)
+			}
+		}
+		// PF and DMA function: one card, one V3, one serial for the socket's two cards.
+		pf, dma := pciFile(t, n, "0000:01:00.0", "vpd"), pciFile(t, n, "0008:03:00.0", "vpd")
+		if !bytes.Equal(pf, dma) || !bytes.Contains(pf, []byte("V3\x209e3b5c714a2f11f0b000c470bd8a0000")) || !bytes.Contains(pf, []byte("SN\x0cMT2516X00000")) {
+			t.Errorf("PF and DMA function VPDs differ or lack V3/SN:\n%q\n%q", pf, dma)
+		}
+		if !bytes.Contains(pciFile(t, n, "0002:01:00.0", "vpd"), []byte("SN\x0cMT2516X00000")) {
+			t.Errorf("mlx5_1 is not on mlx5_0's board")
+		}
+		var sum byte
+		for _, c := range pf[:len(pf)-1] {
+			sum += c
+		}
+		if sum != 0 || pf[len(pf)-1] != 0x78 {
+			t.Errorf("VPD checksum sums to %#x (want 0) or no end tag: %q", sum, pf)
+		}
+		want := map[string]int{"0008:00:00.0": 0x1c, "0008:01:00.0": -1, "0008:02:00.0": 0x19, "0008:02:01.0": 0x15, "0008:04:00.0": -1, "0008:05:00.0": 0x1d, "0000:00:00.0": 0x1d}
+		if !good {
+			want["0008:00:00.0"], want["0008:02:00.0"], want["0008:02:01.0"] = 0x1d, 0x1d, 0x1d
+		}
+		for bdf, w := range want {
+			if got := acsControl(t, pciFile(t, n, bdf, "config")); got != w {
+				t.Errorf("%s ACS control %#x, want %#x", bdf, got, w)
+			}
+		}
+		cfg := pciFile(t, n, "0008:02:00.0", "config")
+		if cfg[0x0e] != 1 || cfg[0x19] != 0x03 || cfg[0x1a] != 0x03 || cfg[0x42]>>4 != 0x6 {
+			t.Errorf("DSP 0008:02:00.0 header: type %d, buses %#x-%#x, port type %d; want a type 1 downstream port to bus 3", cfg[0x0e], cfg[0x19], cfg[0x1a], cfg[0x42]>>4)
+		}
+		group := func(bdf string) string {
+			target, err := os.Readlink(filepath.Join(n.SysfsRoot, "bus", "pci", "devices", bdf, "iommu_group"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return filepath.Base(target)
+		}
+		if same := group("0008:03:00.0") == group("0008:06:00.0"); same != good {
+			t.Errorf("DMA function and GPU share an IOMMU group: %v, want %v", same, good)
+		}
+	}
 }

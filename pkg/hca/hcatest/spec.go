@@ -6,6 +6,11 @@ type Spec struct {
 	NetnsShared bool   // module/ib_core/parameters/netns_mode: "Y" when true, "N" when false
 	RDMACMMinor uint32 // misc minor of rdma_cm (e.g. 58); 0 means "no rdma_cm" (module not loaded)
 	HCAs        []HCASpec
+	// Devices are the PCI functions that are not HCAs: switch ports, root
+	// ports with their ACS, GPUs, Data Direct DMA functions. A bridge on an
+	// HCA's or device's path that is not listed here is an Intel root port
+	// without ACS.
+	Devices []PCIDevSpec
 	// ForeignNetns writes sysfs as a process outside the initial network
 	// namespace sees it. In exclusive mode (NetnsShared false) the RDMA
 	// devices are not its own: class/infiniband is empty and the ibdev
@@ -81,6 +86,36 @@ type PCISpec struct {
 	TotalVFs int      // >0 => PF: writes sriov_totalvfs
 	VFs      []string // PF: bus IDs of its VFs => sriov_numvfs=len, virtfnN links
 	PF       string   // VF: bus ID of its PF => physfn link
+
+	VPD        *VPDSpec // the card's Vital Product Data (vpd file, binary); nil: none
+	ATS        bool     // an ATS extended capability in config
+	IOMMUGroup string   // iommu_group link to kernel/iommu_groups/<it>; "" none
+}
+
+// PCIDevSpec is a PCI function other than an HCA.
+type PCIDevSpec struct {
+	// Path as in PCISpec: the root complex, the bridges, then this
+	// function's bus ID.
+	Path []string
+	// IDs without 0x; Class is six hex digits ("060400" a bridge, "030200"
+	// a 3D controller).
+	Vendor, Device, SubsystemVendor, SubsystemDevice, Class string
+	Driver                                                  string
+	NUMANode                                                int
+	// ACS, when set, is the ACS Control Register of an ACS extended
+	// capability (SV 0x1, RR 0x4, CR 0x8, UF 0x10, DT 0x40); nil: no ACS.
+	ACS        *uint16
+	VPD        *VPDSpec
+	IOMMUGroup string
+}
+
+// BusID is the function's bus ID, the last element of Path.
+func (d PCIDevSpec) BusID() string { return d.Path[len(d.Path)-1] }
+
+// VPDSpec is the content of a vpd file: an identifier string and the VPD-R
+// keywords PN, EC, SN and V3, closed by a valid RV checksum.
+type VPDSpec struct {
+	Name, PartNumber, EC, Serial, V3 string
 }
 
 const defaultGIDTableLen = 16
@@ -136,10 +171,26 @@ func cloneSpec(s Spec) Spec {
 			p := *h.PCI
 			p.Path = append([]string(nil), p.Path...)
 			p.VFs = append([]string(nil), p.VFs...)
+			p.VPD = clonePtr(p.VPD)
 			h.PCI = &p
 		}
 		hcas[i] = h
 	}
 	s.HCAs = hcas
+	devs := make([]PCIDevSpec, len(s.Devices))
+	for i, d := range s.Devices {
+		d.Path = append([]string(nil), d.Path...)
+		d.ACS, d.VPD = clonePtr(d.ACS), clonePtr(d.VPD)
+		devs[i] = d
+	}
+	s.Devices = devs
 	return s
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }

@@ -108,6 +108,25 @@ func validate(s Spec) error {
 			return fmt.Errorf("hcatest: HCA %s: a VF cannot have VFs", h.Name)
 		}
 	}
+	for i, d := range s.Devices {
+		if len(d.Path) < 2 {
+			return fmt.Errorf("hcatest: device %d: PCI path %q must be a root then at least the function", i, d.Path)
+		}
+		for _, e := range d.Path {
+			if !validName(e) {
+				return fmt.Errorf("hcatest: device %d: invalid PCI path element %q", i, e)
+			}
+		}
+		if _, ok := buses[d.BusID()]; ok {
+			return fmt.Errorf("hcatest: device %s: PCI function already belongs to an HCA", d.BusID())
+		}
+		if len(d.Class) != 6 || strings.Trim(d.Class, "0123456789abcdef") != "" {
+			return fmt.Errorf("hcatest: device %s: class %q is not six hex digits", d.BusID(), d.Class)
+		}
+		if d.Driver != "" && !validName(d.Driver) {
+			return fmt.Errorf("hcatest: device %s: invalid driver %q", d.BusID(), d.Driver)
+		}
+	}
 	// SR-IOV references must name HCAs that agree with each other.
 	for _, h := range buses {
 		for _, vf := range h.PCI.VFs {

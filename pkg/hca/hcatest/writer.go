@@ -35,6 +35,14 @@ func (w *writer) file(rel, content string) {
 	}
 }
 
+// raw writes content as is: a binary attribute (config, vpd).
+func (w *writer) raw(rel string, content []byte) {
+	w.dir(filepath.Dir(rel))
+	if w.err == nil {
+		w.err = os.WriteFile(filepath.Join(w.root, rel), content, 0o644)
+	}
+}
+
 // empty writes an empty file: an attribute whose read fails.
 func (w *writer) empty(rel string) {
 	w.dir(filepath.Dir(rel))
