@@ -85,7 +85,7 @@ func run(args []string, stdin io.Reader, d deps) error {
 	case "hostnet":
 		return hostnet(args[1:], stdin, d.openNetns)
 	case "memlock":
-		return memlock(args[1:], stdin, d.rlimit)
+		return memlock(args[1:], stdin, d.rlimit, d.log)
 	case "install":
 		return install(args[1:], os.Executable)
 	}

@@ -1,14 +1,19 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
+	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
@@ -61,17 +66,17 @@ func memlockString(v uint64) string {
 	return strconv.FormatUint(v, 10)
 }
 
-func memlock(args []string, stdin io.Reader, rl rlimitSetter) error {
-	fs := flag.NewFlagSet("memlock", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+func memlock(args []string, stdin io.Reader, rl rlimitSetter, log io.Writer) error {
+	flags := flag.NewFlagSet("memlock", flag.ContinueOnError)
+	flags.SetOutput(io.Discard)
 	var devices stringList
-	fs.Var(&devices, "device", "ibdev the container gets (repeatable), for the message")
-	bytes := fs.String("bytes", "unlimited", "RLIMIT_MEMLOCK, soft and hard: a byte count or unlimited")
-	if err := fs.Parse(args); err != nil {
+	flags.Var(&devices, "device", "ibdev the container gets (repeatable), for the message")
+	bytes := flags.String("bytes", "unlimited", "RLIMIT_MEMLOCK, soft and hard: a byte count or unlimited")
+	if err := flags.Parse(args); err != nil {
 		return fmt.Errorf("memlock: %w", err)
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("memlock: unexpected arguments %q", fs.Args())
+	if flags.NArg() > 0 {
+		return fmt.Errorf("memlock: unexpected arguments %q", flags.Args())
 	}
 	if len(devices) == 0 {
 		return errors.New("memlock: want at least one --device")
@@ -87,6 +92,15 @@ func memlock(args []string, stdin io.Reader, rl rlimitSetter) error {
 	st, err := readState(stdin)
 	if err != nil {
 		return fmt.Errorf("%s: %w", hcas, err)
+	}
+	if v, ok, err := specMemlock(st.Bundle); err != nil {
+		return fmt.Errorf("%s: %s: %w", hcas, containerName(st), err)
+	} else if ok {
+		// The runtime applies the spec's rlimits after this hook (runc:
+		// "setting rlimits for ready process"): its value wins, and one set
+		// here could only make that fail.
+		fmt.Fprintf(logOf(log), "rdma-dra-hook: %s: %s: the runtime sets RLIMIT_MEMLOCK %s itself; leaving it\n", hcas, containerName(st), memlockString(v))
+		return nil
 	}
 	var cur unix.Rlimit
 	if err := rl.prlimit(st.Pid, nil, &cur); err != nil {
@@ -104,4 +118,43 @@ func memlock(args []string, stdin io.Reader, rl rlimitSetter) error {
 			hcas, containerName(st), st.Pid, memlockString(want), why)
 	}
 	return nil
+}
+
+// specMemlock reads RLIMIT_MEMLOCK from the container's OCI spec in its
+// bundle, if the runtime set one.
+func specMemlock(bundle string) (uint64, bool, error) {
+	if bundle == "" {
+		return 0, false, nil
+	}
+	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("reading the container's OCI spec: %w", err)
+	}
+	var spec struct {
+		Process *struct {
+			Rlimits []oci.POSIXRlimit `json:"rlimits"`
+		} `json:"process"`
+	}
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return 0, false, fmt.Errorf("the container's OCI spec %s: %w", filepath.Join(bundle, "config.json"), err)
+	}
+	if spec.Process == nil {
+		return 0, false, nil
+	}
+	for _, r := range spec.Process.Rlimits {
+		if r.Type == "RLIMIT_MEMLOCK" {
+			return r.Soft, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+func logOf(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -162,5 +163,36 @@ func TestMemlockRealProcess(t *testing.T) {
 	}
 	if r := read(); r.Cur != 2<<20 || r.Max != 2<<20 {
 		t.Errorf("after the refusal: %d/%d, want the limit unchanged (2097152)", r.Cur, r.Max)
+	}
+}
+
+// TestMemlockRuntimeSetting: a spec that sets RLIMIT_MEMLOCK is the
+// runtime's choice, applied after the hook: left alone, and said; a
+// garbled spec stops the container, naming the file.
+func TestMemlockRuntimeSetting(t *testing.T) {
+	bundle := t.TempDir()
+	state := fmt.Sprintf(`{"id":"c1","pid":4242,"bundle":%q}`, bundle)
+	write := func(s string) {
+		if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`{"process":{"rlimits":[{"type":"RLIMIT_NOFILE","hard":1024,"soft":1024},{"type":"RLIMIT_MEMLOCK","hard":65536,"soft":65536}]}}`)
+	rl := fakeRlimit{cur: 8 << 20, max: 8 << 20, privileged: true}
+	var log strings.Builder
+	if err := run([]string{"memlock", "--device=mlx5_0"}, strings.NewReader(state), deps{rlimit: &rl, log: &log}); err != nil {
+		t.Fatal(err)
+	}
+	if rl.sets != 0 || !strings.Contains(log.String(), "the runtime sets RLIMIT_MEMLOCK 65536 itself") {
+		t.Errorf("sets %d, log %q: want the runtime's setting left alone and said", rl.sets, log.String())
+	}
+	write(`{"process":{"rlimits":[{"type":"RLIMIT_NOFILE","hard":1024,"soft":1024}]}}`)
+	if err := run([]string{"memlock", "--device=mlx5_0"}, strings.NewReader(state), deps{rlimit: &rl}); err != nil || rl.sets != 1 {
+		t.Errorf("a spec without memlock: %v, %d sets; want the hook's limit", err, rl.sets)
+	}
+	write(`{"process":`)
+	err := run([]string{"memlock", "--device=mlx5_0"}, strings.NewReader(state), deps{rlimit: &rl})
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(bundle, "config.json")) || !strings.Contains(err.Error(), "HCA mlx5_0") {
+		t.Errorf("a garbled spec: %v, want an error naming the file and the HCA", err)
 	}
 }
