@@ -18,6 +18,11 @@
 //
 // sets the container's rdma.max line for the device and reads it back.
 //
+//	rdma-dra-hook memlock --device=mlx5_0 [--bytes=unlimited|<n>]
+//
+// sets the container process's RLIMIT_MEMLOCK, soft and hard, so it can
+// register memory regions without CAP_IPC_LOCK (see memlock.go).
+//
 //	rdma-dra-hook hostnet --device=mlx5_0 [--device=mlx5_1 ...]
 //
 // refuses a container that is not in the node's network namespace (the
@@ -44,7 +49,7 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdin, deps{fs: rdmacg.FS{Root: "/"}, openNetns: openHostNetns, log: os.Stderr}); err != nil {
+	if err := run(os.Args[1:], os.Stdin, deps{fs: rdmacg.FS{Root: "/"}, openNetns: openHostNetns, rlimit: sysPrlimit{}, log: os.Stderr}); err != nil {
 		fmt.Fprintln(os.Stderr, "rdma-dra-hook:", err)
 		os.Exit(1)
 	}
@@ -55,12 +60,13 @@ func main() {
 type deps struct {
 	fs        rdmacg.FS
 	openNetns func(pid int) (netnsKernel, error)
+	rlimit    rlimitSetter
 	log       io.Writer // nil: discarded
 }
 
 const usage = "usage: rdma-dra-hook netns --device=<ibdev> [--move-netdevs] [--node-ip=<ip>]... | " +
 	"limit --device=<ibdev> --hca-handle=<n|max> --hca-object=<n|max> | " +
-	"hostnet --device=<ibdev>... (OCI state on stdin) | " +
+	"hostnet --device=<ibdev>... | memlock --device=<ibdev>... [--bytes=<n|unlimited>] (OCI state on stdin) | " +
 	"install <host dir> [<CDI spec dir>]"
 
 func run(args []string, stdin io.Reader, d deps) error {
@@ -78,10 +84,12 @@ func run(args []string, stdin io.Reader, d deps) error {
 		return netns(args[1:], stdin, d.openNetns, log)
 	case "hostnet":
 		return hostnet(args[1:], stdin, d.openNetns)
+	case "memlock":
+		return memlock(args[1:], stdin, d.rlimit, d.log)
 	case "install":
 		return install(args[1:], os.Executable)
 	}
-	return fmt.Errorf("unknown command %q (want: netns, limit, hostnet, install)", args[0])
+	return fmt.Errorf("unknown command %q (want: netns, limit, hostnet, memlock, install)", args[0])
 }
 
 func limit(args []string, stdin io.Reader, fsys rdmacg.FS) error {

@@ -34,12 +34,13 @@ func main() {
 	release := flag.String("release", "rdma", "release name")
 	values := flag.String("values", "{}", "values as JSON")
 	installOrder := flag.Bool("install-order", false, "print the manifests in Helm's install order")
+	kubeVersion := flag.String("kube-version", "", "the cluster's Kubernetes version (.Capabilities.KubeVersion); empty is Helm's default, the client-go version it was built with")
 	flag.Parse()
-	render := render
+	render := renderAt
 	if *installOrder {
-		render = renderInstallOrder
+		render = renderInstallOrderAt
 	}
-	out, err := render(*chartDir, *release, *namespace, *values)
+	out, err := render(*kubeVersion, *chartDir, *release, *namespace, *values)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helmrender:", err)
 		os.Exit(1)
@@ -48,9 +49,15 @@ func main() {
 }
 
 // render returns the chart's manifests, templates in name order, each
-// document separated by "---".
+// document separated by "---", for Helm's default Kubernetes version.
 func render(chartDir, release, namespace, valuesJSON string) (string, error) {
-	files, err := renderFiles(chartDir, release, namespace, valuesJSON)
+	return renderAt("", chartDir, release, namespace, valuesJSON)
+}
+
+// renderAt is render for Kubernetes kubeVersion ("" is Helm's default, the
+// client-go version it was built with).
+func renderAt(kubeVersion, chartDir, release, namespace, valuesJSON string) (string, error) {
+	files, err := renderFiles(kubeVersion, chartDir, release, namespace, valuesJSON)
 	if err != nil {
 		return "", err
 	}
@@ -70,10 +77,10 @@ func render(chartDir, release, namespace, valuesJSON string) (string, error) {
 	return b.String(), nil
 }
 
-// renderInstallOrder returns the manifests sorted as `helm install` applies
-// them (releaseutil.InstallOrder); the chart has no hooks.
-func renderInstallOrder(chartDir, release, namespace, valuesJSON string) (string, error) {
-	files, err := renderFiles(chartDir, release, namespace, valuesJSON)
+// renderInstallOrderAt returns the manifests sorted as `helm install`
+// applies them (releaseutil.InstallOrder); the chart has no hooks.
+func renderInstallOrderAt(kubeVersion, chartDir, release, namespace, valuesJSON string) (string, error) {
+	files, err := renderFiles(kubeVersion, chartDir, release, namespace, valuesJSON)
 	if err != nil {
 		return "", err
 	}
@@ -97,8 +104,8 @@ func renderInstallOrder(chartDir, release, namespace, valuesJSON string) (string
 }
 
 // renderFiles renders every template with the values (validated against
-// the chart's schema).
-func renderFiles(chartDir, release, namespace, valuesJSON string) (map[string]string, error) {
+// the chart's schema) as Helm would for a cluster of kubeVersion.
+func renderFiles(kubeVersion, chartDir, release, namespace, valuesJSON string) (map[string]string, error) {
 	chrt, err := loader.Load(chartDir)
 	if err != nil {
 		return nil, err
@@ -107,7 +114,15 @@ func renderFiles(chartDir, release, namespace, valuesJSON string) (map[string]st
 	if err := json.Unmarshal([]byte(valuesJSON), &vals); err != nil {
 		return nil, fmt.Errorf("--values: %w", err)
 	}
-	top, err := chartutil.ToRenderValues(chrt, vals, common.ReleaseOptions{Name: release, Namespace: namespace, IsInstall: true}, nil)
+	caps := common.DefaultCapabilities.Copy()
+	if kubeVersion != "" {
+		kv, err := common.ParseKubeVersion(kubeVersion)
+		if err != nil {
+			return nil, fmt.Errorf("--kube-version: %w", err)
+		}
+		caps.KubeVersion = *kv
+	}
+	top, err := chartutil.ToRenderValues(chrt, vals, common.ReleaseOptions{Name: release, Namespace: namespace, IsInstall: true}, caps)
 	if err != nil {
 		return nil, err
 	}

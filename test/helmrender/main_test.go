@@ -113,7 +113,7 @@ func deviceClasses(t *testing.T, multi string) []string {
 // TestInstallOrder: ServiceAccount and RBAC come before the DaemonSet, as
 // `helm install` creates them.
 func TestInstallOrder(t *testing.T) {
-	out, err := renderInstallOrder(chart, "rdma", "rdma-system", `{}`)
+	out, err := renderInstallOrderAt("", chart, "rdma", "rdma-system", `{}`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -209,7 +209,8 @@ func (v *vmCluster) waitNodeReady(name string) {
 // capacities only a kernel with the rdma controller gets.
 func (v *vmCluster) installDriver() {
 	t, ctx, cp := v.t, v.ctx, v.cp
-	v.installChart(`{"image":{"tag":"dev"},"sharing":"shared"}`, 1)
+	// rxe0 is a software device: the chart's classes leave those out unless asked.
+	v.installChart(`{"image":{"tag":"dev"},"sharing":"shared","deviceClasses":{"softwareDevices":true}}`, 1)
 	var handles string
 	v.wait("the node's ResourceSlice with rxe0's hcaHandles", 2*time.Minute, func() (bool, string) {
 		slices, err := cp.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
