@@ -26,7 +26,7 @@ func TestLegacyHooks(t *testing.T) {
 			want: legacy.Hooks{HookPath: hook}},
 		{name: "switch on, no hook installed", o: options{hookPath: "rdma-dra-hook", allowNonHostNetwork: true}},
 		{name: "defaults where the capacities are published, capped by them", o: options{hookPath: hook, defaultHCAHandles: 8, defaultHCAObjects: 5000},
-			cfg:  draplugin.Config{HCAHandles: 4, HCAObjects: 100000},
+			cfg:  draplugin.Config{Limits: draplugin.HCALimits{Handles: 4, Objects: 100000}},
 			want: legacy.Hooks{HookPath: hook, HostNetworkOnly: true, HCAHandles: 4, HCAObjects: 5000}},
 		{name: "defaults without the capacities: no limit hook", o: options{hookPath: hook, defaultHCAHandles: 8, defaultHCAObjects: 5000},
 			want: legacy.Hooks{HookPath: hook, HostNetworkOnly: true}},
