@@ -1,10 +1,12 @@
 package draplugin
 
-// Bringing the disk back in line with the checkpoint, on the slow path: at
-// start (New) a corrupt checkpoint is moved aside and the CDI specs of
-// prepared claims are rewritten; at start and on every rescan tick the
-// sweep removes the specs and temp files of claims that are not prepared.
-// Nothing here runs inside a prepare or unprepare call.
+// Bringing the disk back in line with the checkpoint and the inventory, on
+// the slow path: at start (New) a corrupt checkpoint is moved aside and the
+// CDI specs of prepared claims are rewritten; a new view rewrites the specs
+// that depend on what changed; at start and on every rescan tick the sweep
+// removes the specs and temp files of claims that are not prepared. Only
+// rewriteLocked also runs in a prepare, for its own claims when a rescan
+// changed the inventory meanwhile.
 
 import (
 	"context"
