@@ -11,9 +11,11 @@ package atomicfile
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 )
 
 // Option changes how Write works.
@@ -145,4 +147,38 @@ func SyncDir(dir string) error {
 		return fmt.Errorf("fsync of directory %s: %w", dir, err)
 	}
 	return nil
+}
+
+// RemoveStale removes the regular files in dir whose names match (the
+// temporary files of Writes, named by WithTempPattern) and that were last
+// modified before olderThan: what a write killed between creating its
+// temporary file and renaming it leaves behind. Younger files are spared:
+// another process may be writing them now. It returns the names it
+// removed, in directory order; a missing dir has nothing to remove.
+func RemoveStale(dir string, match func(name string) bool, olderThan time.Time) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("removing stale temporary files: %w", err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !match(e.Name()) {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || !fi.ModTime().Before(olderThan) {
+			continue // gone already, or young
+		}
+		p := filepath.Join(dir, e.Name())
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing stale temporary file %s: %w", p, err))
+			continue
+		}
+		removed = append(removed, e.Name())
+	}
+	return removed, errors.Join(errs...)
 }

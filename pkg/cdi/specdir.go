@@ -180,31 +180,9 @@ func (d *SpecDir) RemoveClaim(claimUID string) error {
 // claim's unprepare. Younger files are spared: another daemon (a rolling
 // update) may be writing them now. Other vendors' files are never touched.
 func (d *SpecDir) RemoveStaleTemps(olderThan time.Time) ([]string, error) {
-	entries, err := os.ReadDir(d.dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("CDI spec dir: %w", err)
-	}
-	var removed []string
-	var errs []error
-	for _, e := range entries {
-		n := e.Name()
-		if !e.Type().IsRegular() || !strings.HasPrefix(n, "."+specPrefix) || !strings.HasSuffix(n, tmpExt) {
-			continue
-		}
-		fi, err := e.Info()
-		if err != nil || !fi.ModTime().Before(olderThan) {
-			continue // gone already, or young
-		}
-		if err := os.Remove(filepath.Join(d.dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("removing stale CDI temp file %s: %w", filepath.Join(d.dir, n), err))
-			continue
-		}
-		removed = append(removed, n)
-	}
-	return removed, errors.Join(errs...)
+	return atomicfile.RemoveStale(d.dir, func(n string) bool {
+		return strings.HasPrefix(n, "."+specPrefix) && strings.HasSuffix(n, tmpExt)
+	}, olderThan)
 }
 
 // ClaimUIDs returns the UIDs of the claims that have a spec file in the

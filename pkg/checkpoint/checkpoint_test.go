@@ -298,23 +298,37 @@ func snapshot(t *testing.T, dir string) map[string]string {
 	return files
 }
 
-func TestLoadRemovesStaleTempFiles(t *testing.T) {
+// TestRemoveStaleTemps: the temp files of writes that never finished go
+// once old enough; a young one (another daemon writing) and other files'
+// stay.
+func TestRemoveStaleTemps(t *testing.T) {
 	s := newStore(t)
 	dir := filepath.Dir(s.Path())
+	now := time.Now()
 	stale := filepath.Join(dir, ".checkpoint.json.tmp-123456")
+	young := filepath.Join(dir, ".checkpoint.json.tmp-654321")
 	other := filepath.Join(dir, ".other.json.tmp-123456")
-	for _, p := range []string{stale, other} {
+	for p, age := range map[string]time.Duration{stale: time.Minute, young: time.Second, other: time.Hour} {
 		if err := os.WriteFile(p, []byte(`{"version": 1, "chec`), 0o600); err != nil {
 			t.Fatal(err)
 		}
+		if err := os.Chtimes(p, now.Add(-age), now.Add(-age)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	mustLoad(t, s)
+	removed, err := s.RemoveStaleTemps(now.Add(-10 * time.Second))
+	if err != nil || !slices.Equal(removed, []string{filepath.Base(stale)}) {
+		t.Errorf("removed %v (%v), want [%s]", removed, err, filepath.Base(stale))
+	}
 	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the stale temp file is still there: %v", err)
 	}
-	if _, err := os.Stat(other); err != nil {
-		t.Errorf("Load removed another file's temp file: %v", err)
+	for _, p := range []string{young, other} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("removed %s: %v", p, err)
+		}
 	}
+	mustLoad(t, s)
 }
 
 func TestLoadCorrupt(t *testing.T) {

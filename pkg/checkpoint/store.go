@@ -131,9 +131,6 @@ func (s *Store) loadLocked() error {
 	if s.loaded && id == s.id {
 		return nil
 	}
-	if !s.loaded {
-		s.removeStaleTemps()
-	}
 	b, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		s.cur, s.onDisk, s.id, s.loaded = Checkpoint{Claims: map[string]Claim{}}, nil, fileID{}, true
@@ -174,19 +171,15 @@ func (s *Store) lockFile() (func(), error) {
 	return func() { _ = syscall.Flock(int(s.lock.Fd()), syscall.LOCK_UN) }, nil
 }
 
-// removeStaleTemps removes temp files a crash in the middle of a Save left
-// behind. Best effort: a leftover only wastes space.
-func (s *Store) removeStaleTemps() {
-	matches, _ := filepath.Glob(s.tempPattern())
-	for _, m := range matches {
-		_ = os.Remove(m)
-	}
-}
-
-// tempPattern matches Save's temp files (see tempName) in the file's
-// directory.
-func (s *Store) tempPattern() string {
-	return filepath.Join(filepath.Dir(s.path), tempName(s.path))
+// RemoveStaleTemps removes the temp files of Saves and Updates killed
+// before their rename, last modified before olderThan: younger ones may be
+// another process's write in progress. It returns the names it removed.
+func (s *Store) RemoveStaleTemps(olderThan time.Time) ([]string, error) {
+	pattern := tempName(s.path)
+	return atomicfile.RemoveStale(filepath.Dir(s.path), func(name string) bool {
+		ok, _ := filepath.Match(pattern, name)
+		return ok
+	}, olderThan)
 }
 
 // tempName is the name pattern of Save's temp files for the checkpoint at

@@ -45,6 +45,11 @@ func benchPrepare(b *testing.B, fsync bool, inFlight int) {
 	}
 	var mu sync.Mutex
 	var lat []time.Duration
+	record := func(d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		lat = append(lat, d)
+	}
 	work := make(chan int)
 	var wg sync.WaitGroup
 	for w := range inFlight {
@@ -66,9 +71,7 @@ func benchPrepare(b *testing.B, fsync bool, inFlight int) {
 					b.Errorf("unprepare: %v", err)
 					return
 				}
-				mu.Lock()
-				lat = append(lat, d)
-				mu.Unlock()
+				record(d)
 			}
 		}()
 	}

@@ -105,6 +105,7 @@ type CheckpointStore interface {
 	Load() (checkpoint.Checkpoint, error)
 	Update(fn func(cp *checkpoint.Checkpoint) error) error
 	Quarantine() (string, error)
+	RemoveStaleTemps(olderThan time.Time) ([]string, error)
 }
 
 var (

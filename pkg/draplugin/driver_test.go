@@ -147,28 +147,7 @@ func (e *env) checkpointPath() string { return filepath.Join(e.stateDir, "checkp
 func (e *env) start() {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var pods draplugin.PodGetter = podGetter{e.client}
-	if e.deps.pods != nil {
-		pods = e.deps.pods(pods)
-	}
-	var specs draplugin.CDISpecs = cdi.NewSpecDir(e.cdiDir)
-	if e.deps.specs != nil {
-		specs = e.deps.specs(specs)
-	}
-	cfg := e.cfg
-	cfg.PluginDataDir = e.pluginDir
-	drv, err := draplugin.New(ctx, cfg, draplugin.Deps{
-		HostRDMA:   e.deps.hostRDMA,
-		HostLinks:  e.deps.hostLinks,
-		NodeIPs:    draplugin.NodeGetter{Nodes: e.client.CoreV1().Nodes(), Name: nodeName},
-		Metrics:    e.deps.metrics,
-		HCAs:       hca.NewDiscoverer(hca.WithSysfsRoot(e.node.SysfsRoot), hca.WithDevRoot(e.node.DevRoot), hca.WithReadFile(e.node.ReadFile)),
-		Pods:       pods,
-		SpecDir:    specs,
-		Checkpoint: checkpoint.NewStore(e.checkpointPath(), e.deps.storeOpts...),
-		BootID:     e.bootID,
-		Claims:     e.claims(),
-	})
+	drv, err := e.newDriver(ctx)
 	if err != nil {
 		cancel()
 		e.t.Fatalf("starting the driver: %v", err)
@@ -192,6 +171,33 @@ func (e *env) start() {
 		e.t.Fatal(err)
 	}
 	e.running = &running{drv: drv, helper: helper, cancel: cancel, conn: conn, dra: drapb.NewDRAPluginClient(conn)}
+}
+
+// newDriver builds a driver on the env's directories and settings, as
+// start does, without the helper: a second daemon of a rolling update.
+func (e *env) newDriver(ctx context.Context) (*draplugin.Driver, error) {
+	var pods draplugin.PodGetter = podGetter{e.client}
+	if e.deps.pods != nil {
+		pods = e.deps.pods(pods)
+	}
+	var specs draplugin.CDISpecs = cdi.NewSpecDir(e.cdiDir)
+	if e.deps.specs != nil {
+		specs = e.deps.specs(specs)
+	}
+	cfg := e.cfg
+	cfg.PluginDataDir = e.pluginDir
+	return draplugin.New(ctx, cfg, draplugin.Deps{
+		HostRDMA:   e.deps.hostRDMA,
+		HostLinks:  e.deps.hostLinks,
+		NodeIPs:    draplugin.NodeGetter{Nodes: e.client.CoreV1().Nodes(), Name: nodeName},
+		Metrics:    e.deps.metrics,
+		HCAs:       hca.NewDiscoverer(hca.WithSysfsRoot(e.node.SysfsRoot), hca.WithDevRoot(e.node.DevRoot), hca.WithReadFile(e.node.ReadFile)),
+		Pods:       pods,
+		SpecDir:    specs,
+		Checkpoint: checkpoint.NewStore(e.checkpointPath(), e.deps.storeOpts...),
+		BootID:     e.bootID,
+		Claims:     e.claims(),
+	})
 }
 
 // stop ends the instance the way a SIGKILL would leave the disk: nothing

@@ -241,6 +241,19 @@ func (m metadataFiles) sweep(cp checkpoint.Checkpoint, now time.Time, minAge tim
 		}
 		removed = append(removed, path)
 	}
+	// Temp files of writes that never finished (ours and the helper's).
+	dropTemps := func(dir string, prefix string) {
+		names, err := atomicfile.RemoveStale(dir, func(n string) bool {
+			return strings.HasPrefix(n, prefix) && strings.HasSuffix(n, tmpSuffix)
+		}, now.Add(-minAge+1))
+		for _, n := range names {
+			removed = append(removed, filepath.Join(dir, n))
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	dropTemps(m.cdiDir, "."+m.driver+"_metadata_")
 
 	entries, err := os.ReadDir(m.cdiDir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -249,11 +262,7 @@ func (m metadataFiles) sweep(cp checkpoint.Checkpoint, now time.Time, minAge tim
 	for _, e := range entries {
 		n := e.Name()
 		rest, ok := strings.CutPrefix(strings.TrimLeft(n, "."), m.driver+"_metadata_")
-		if !ok || !old(filepath.Join(m.cdiDir, n)) {
-			continue
-		}
-		if strings.HasPrefix(n, ".") && strings.HasSuffix(n, tmpSuffix) {
-			drop(filepath.Join(m.cdiDir, n)) // a write that never finished
+		if !ok || strings.HasPrefix(n, ".") || !old(filepath.Join(m.cdiDir, n)) {
 			continue
 		}
 		// <uid>_<request>.json: UIDs have no "_".
@@ -277,12 +286,8 @@ func (m metadataFiles) sweep(cp checkpoint.Checkpoint, now time.Time, minAge tim
 		}
 		requests, _ := os.ReadDir(dir)
 		for _, r := range requests {
-			files, _ := os.ReadDir(filepath.Join(dir, r.Name()))
-			for _, f := range files {
-				p := filepath.Join(dir, r.Name(), f.Name())
-				if strings.HasPrefix(f.Name(), "."+metadataFile+".") && strings.HasSuffix(f.Name(), tmpSuffix) && old(p) {
-					drop(p)
-				}
+			if r.IsDir() {
+				dropTemps(filepath.Join(dir, r.Name()), "."+metadataFile+".")
 			}
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
@@ -283,6 +284,62 @@ func TestPrepareDoesNotWaitForAnotherClaimsIO(t *testing.T) {
 	}
 	if got := sortedUIDs(cp); !slices.Equal(got, []string{"uid-fast", "uid-slow"}) {
 		t.Errorf("checkpoint claims = %v, want both", got)
+	}
+}
+
+// Two daemons of a rolling update share the checkpoint and are not
+// serialized: when both prepare a claim for one HCA at once (each sees the
+// HCA free in its memory), the check under the checkpoint's file lock lets
+// the first to record it keep it; the other is refused and undone, its
+// spec removed. One HCA is never recorded for two claims.
+func TestTwoDaemonsCannotRecordOneHCATwice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ev := &events{}
+	held := &heldSpecs{uid: "uid-x", ev: ev, entered: make(chan struct{}), release: make(chan struct{})}
+	e.deps.specs = func(inner draplugin.CDISpecs) draplugin.CDISpecs { held.CDISpecs = inner; return held }
+	e.start()
+	release := sync.OnceFunc(func() { close(held.release) })
+	t.Cleanup(release)
+	x := e.claim("x", hostNetworkPod("p1", true), one("mlx5-0"))
+	y := e.claim("y", hostNetworkPod("p2", true), one("mlx5-0"))
+
+	xDone := make(chan struct{})
+	var xResp *drapb.NodePrepareResourcesResponse
+	var xErr error
+	go func() {
+		defer close(xDone)
+		xResp, xErr = e.dra.NodePrepareResources(context.Background(), reqPrepare(ref(x)))
+	}()
+	wait(t, held.entered, "the first daemon's spec write of claim x", ev)
+
+	e.deps.specs = nil
+	second, err := e.newDriver(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := second.PrepareResourceClaims(t.Context(), []*resourceapi.ResourceClaim{y})
+	if err != nil || results[y.UID].Err != nil {
+		t.Fatalf("the second daemon's prepare of y: %v %v", err, results[y.UID].Err)
+	}
+	release()
+	wait(t, xDone, "the first daemon's prepare of x after the release", ev)
+	if xErr != nil {
+		t.Fatal(xErr)
+	}
+	if got, want := xResp.Claims[string(x.UID)].Error, "device mlx5-0 (mlx5_0) is already prepared for claim default/y"; !strings.Contains(got, want) {
+		t.Errorf("claim x: error %q, want one containing %q", got, want)
+	}
+	cp, err := checkpoint.NewStore(e.checkpointPath()).Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sortedUIDs(cp); !slices.Equal(got, []string{"uid-y"}) {
+		t.Errorf("checkpoint claims = %v, want only uid-y", got)
+	}
+	specs := cdi.NewSpecDir(e.cdiDir)
+	if uids, err := specs.ClaimUIDs(); err != nil || !slices.Equal(uids, []string{"uid-y"}) {
+		t.Errorf("CDI specs of claims %v (%v), want only uid-y's: the refused claim's must be undone", uids, err)
 	}
 }
 

@@ -1,10 +1,12 @@
 package draplugin
 
-// Bringing the disk back in line with the checkpoint, on the slow path: at
-// start (New) a corrupt checkpoint is moved aside and the CDI specs of
-// prepared claims are rewritten; at start and on every rescan tick the
-// sweep removes the specs and temp files of claims that are not prepared.
-// Nothing here runs inside a prepare or unprepare call.
+// Bringing the disk back in line with the checkpoint and the inventory, on
+// the slow path: at start (New) a corrupt checkpoint is moved aside and the
+// CDI specs of prepared claims are rewritten; a new view rewrites the specs
+// that depend on what changed; at start and on every rescan tick the sweep
+// removes the specs and temp files of claims that are not prepared. Only
+// rewriteLocked also runs in a prepare, for its own claims when a rescan
+// changed the inventory meanwhile.
 
 import (
 	"context"
@@ -73,9 +75,9 @@ func writtenBeforeBoot(path string, bootTime func() (time.Time, error)) (modifie
 // the two.
 const staleSpecAge = time.Minute
 
-// staleTempAge is how old a CDI spec's temporary file must be before the
-// sweep removes it: a write takes milliseconds, and another daemon's write
-// may be under way during a rolling update.
+// staleTempAge is how old the temporary file of a CDI spec or checkpoint
+// write must be before the sweep removes it: a write takes milliseconds,
+// and another daemon's write may be under way during a rolling update.
 const staleTempAge = 10 * time.Second
 
 // sweep is the one sweep of what no prepared claim owns: the CDI specs of
@@ -94,13 +96,18 @@ func (s *claimState) sweep(ctx context.Context, now time.Time) {
 		logger.Error(err, "Listing CDI specs")
 		return
 	}
-	temps, err := s.specs.RemoveStaleTemps(now.Add(-staleTempAge))
-	for _, name := range temps {
-		logger.Info("Removed the temporary file of a CDI spec write that never finished", "file", name)
-	}
-	if err != nil {
-		logger.Error(err, "Removing stale CDI temporary files")
-		s.metrics.backgroundErrors.WithLabelValues("cdi").Inc()
+	for _, temps := range []struct {
+		kind   string
+		remove func(time.Time) ([]string, error)
+	}{{"cdi", s.specs.RemoveStaleTemps}, {"checkpoint", s.store.RemoveStaleTemps}} {
+		names, err := temps.remove(now.Add(-staleTempAge))
+		for _, name := range names {
+			logger.Info("Removed the temporary file of a write that never finished", "kind", temps.kind, "file", name)
+		}
+		if err != nil {
+			logger.Error(err, "Removing stale temporary files", "kind", temps.kind)
+			s.metrics.backgroundErrors.WithLabelValues(temps.kind).Inc()
+		}
 	}
 	for _, uid := range uids {
 		if _, ok := cp.Claims[uid]; ok || slices.Contains(s.cfg.PreserveSpecs, uid) || s.orphanSpecs[uid] {

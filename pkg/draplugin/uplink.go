@@ -42,7 +42,7 @@ func (g NodeGetter) InternalIPs(ctx context.Context) ([]netip.Addr, error) {
 		}
 		ip, err := netip.ParseAddr(a.Address)
 		if err != nil {
-			return nil, fmt.Errorf("Node %s: status.addresses InternalIP %q: %w", g.Name, a.Address, err)
+			return nil, fmt.Errorf("status.addresses of Node %s: InternalIP %q: %w", g.Name, a.Address, err)
 		}
 		out = append(out, ip.Unmap())
 	}

@@ -32,7 +32,7 @@ func TestNodeGetter(t *testing.T) {
 			want: []string{"10.0.0.5", "fd00::5"}},
 		{name: "IPv4-mapped", node: node(internal("::ffff:10.0.0.5")), want: []string{"10.0.0.5"}},
 		{name: "none", node: node()},
-		{name: "malformed", node: node(internal("10.0.0")), wantErr: `Node dgx01: status.addresses InternalIP "10.0.0"`},
+		{name: "malformed", node: node(internal("10.0.0")), wantErr: `status.addresses of Node dgx01: InternalIP "10.0.0"`},
 		{name: "no Node", wantErr: "reading Node dgx01 for its InternalIP"},
 	}
 	for _, tt := range tests {
