@@ -101,7 +101,7 @@ func TestDataPath(t *testing.T) {
 			write(t, pci(sys, "0009:03:00.0", "vpd"), read(t, pci(sys, "0008:03:00.0", "vpd")))
 		},
 		want:    pfOnly,
-		warnHas: []string{"Data Direct functions 0008:03:00.0, 0009:03:00.0 all carry the V3"},
+		warnHas: []string{"is carried by the Data Direct functions 0008:03:00.0, 0009:03:00.0 alike"},
 	}, {
 		name: "PF VPD without V3", preset: "gb300", hca: "mlx5_0",
 		mutate:  func(t *testing.T, sys string) { os.Remove(pci(sys, "0000:01:00.0", "vpd")) },
