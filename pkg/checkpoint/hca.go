@@ -30,6 +30,7 @@ type HCA struct {
 	Uverbs         *CharDevice  `json:"uverbs,omitempty"`
 	MAD            []CharDevice `json:"mad,omitempty"`
 	PCI            *PCIInfo     `json:"pci,omitempty"`
+	DataPath       *DataPath    `json:"dataPath,omitempty"`
 	Netdevs        []string     `json:"netdevs,omitempty"`
 	Software       bool         `json:"software,omitempty"`
 	ParentNetdev   string       `json:"parentNetdev,omitempty"`
@@ -89,6 +90,31 @@ type PCIInfo struct {
 	PFBusID  string `json:"pfBusID,omitempty"`
 }
 
+// DataPath is the GPU data path of a moved HCA (hca.DataPath): a restarted
+// daemon publishes its pcieRoot and GPUDirect taint from it.
+type DataPath struct {
+	Function        string    `json:"function"`
+	DataDirect      bool      `json:"dataDirect,omitempty"`
+	PCIeRoot        string    `json:"pcieRoot,omitempty"`
+	GPUs            []string  `json:"gpus,omitempty"`
+	GPULink         string    `json:"gpuLink,omitempty"`
+	Shared          string    `json:"shared,omitempty"`
+	Board           string    `json:"board,omitempty"`
+	Product         string    `json:"product,omitempty"`
+	ACS             []ACSPort `json:"acs,omitempty"`
+	GPUDirect       string    `json:"gpuDirect,omitempty"`
+	GPUDirectCause  string    `json:"gpuDirectCause,omitempty"`
+	GPUDirectReason string    `json:"gpuDirectReason,omitempty"`
+}
+
+// ACSPort is a switch port on a moved HCA's data path.
+type ACSPort struct {
+	BusID   string `json:"busID"`
+	Toward  string `json:"toward,omitempty"`
+	HasACS  bool   `json:"hasACS,omitempty"`
+	Control uint16 `json:"control,omitempty"`
+}
+
 // UnmarshalJSON reads both shapes of the record: this type's, and the
 // untagged JSON of hca.HCA that release 0.1.0 wrote (Go field names; see
 // hcaV1Untagged). The shape is told by the name key's spelling.
@@ -142,6 +168,14 @@ func SnapshotHCA(h hca.HCA) *HCA {
 			SRIOV: string(p.SRIOV), NumVFs: p.NumVFs, PFBusID: p.PFBusID,
 		}
 	}
+	if d := h.DataPath; d != nil {
+		out.DataPath = &DataPath{Function: d.Function, DataDirect: d.DataDirect, PCIeRoot: d.PCIeRoot,
+			GPUs: cloneStrings(d.GPUs), GPULink: string(d.GPULink), Shared: d.Shared, Board: d.Board, Product: d.Product,
+			GPUDirect: string(d.GPUDirect), GPUDirectCause: d.GPUDirectCause, GPUDirectReason: d.GPUDirectReason}
+		for _, a := range d.ACS {
+			out.DataPath.ACS = append(out.DataPath.ACS, ACSPort{BusID: a.BusID, Toward: a.Toward, HasACS: a.HasACS, Control: a.Control})
+		}
+	}
 	return out
 }
 
@@ -180,6 +214,14 @@ func (s *HCA) HCA() hca.HCA {
 			BusID: p.BusID, VendorID: p.VendorID, DeviceID: p.DeviceID, SubsystemVendor: p.SubsystemVendor,
 			SubsystemDevice: p.SubsystemDevice, Driver: p.Driver, NUMANode: p.NUMANode, PCIeRoot: p.PCIeRoot,
 			SRIOV: hca.SRIOVRole(p.SRIOV), NumVFs: p.NumVFs, PFBusID: p.PFBusID,
+		}
+	}
+	if d := s.DataPath; d != nil {
+		h.DataPath = &hca.DataPath{Function: d.Function, DataDirect: d.DataDirect, PCIeRoot: d.PCIeRoot,
+			GPUs: cloneStrings(d.GPUs), GPULink: hca.GPULink(d.GPULink), Shared: d.Shared, Board: d.Board, Product: d.Product,
+			GPUDirect: hca.GPUDirect(d.GPUDirect), GPUDirectCause: d.GPUDirectCause, GPUDirectReason: d.GPUDirectReason}
+		for _, a := range d.ACS {
+			h.DataPath.ACS = append(h.DataPath.ACS, hca.ACSPort{BusID: a.BusID, Toward: a.Toward, HasACS: a.HasACS, Control: a.Control})
 		}
 	}
 	return h

@@ -386,7 +386,7 @@ func (t *pciTree) dataDirect(fn *pciFunc, r vpdRead, w warner) *pciFunc {
 	case len(match) == 1:
 		return match[0]
 	case len(match) > 1:
-		w.addErr(fmt.Errorf("Data Direct functions %s all carry the V3 %q of %s: its GPU data path is taken to be the PF", strings.Join(busIDs(match), ", "), r.v.v3, vpdPath))
+		w.addErr(fmt.Errorf("%s: V3 %q is carried by the Data Direct functions %s alike: its GPU data path is taken to be the PF", vpdPath, r.v.v3, strings.Join(busIDs(match), ", ")))
 	case !dataDirectCapable[fn.id.device]:
 	case r.err != nil:
 		// Said already; say what it costs.

@@ -101,7 +101,15 @@ func TestDataPath(t *testing.T) {
 			write(t, pci(sys, "0009:03:00.0", "vpd"), read(t, pci(sys, "0008:03:00.0", "vpd")))
 		},
 		want:    pfOnly,
-		warnHas: []string{"Data Direct functions 0008:03:00.0, 0009:03:00.0 all carry the V3"},
+		warnHas: []string{"is carried by the Data Direct functions 0008:03:00.0, 0009:03:00.0 alike"},
+	}, {
+		// A card with two PFs (one per port): both carry its V3, both
+		// enter GPU DMA by its one DMA function.
+		name: "second PF of a card", preset: "gb300", hca: "mlx5_1",
+		mutate: func(t *testing.T, sys string) {
+			write(t, pci(sys, "0002:01:00.0", "vpd"), read(t, pci(sys, "0000:01:00.0", "vpd")))
+		},
+		want: gb300Ready,
 	}, {
 		name: "PF VPD without V3", preset: "gb300", hca: "mlx5_0",
 		mutate:  func(t *testing.T, sys string) { os.Remove(pci(sys, "0000:01:00.0", "vpd")) },

@@ -149,14 +149,6 @@ func modalias(n *pciNode) string {
 		id(n.vendor), id(n.device), id(n.subVendor), id(n.subDevice), c>>16, c>>8&0xff, c&0xff)
 }
 
-// hexID is a PCI ID as sysfs prints it ("15b3" => "0x15b3"), "" for none.
-func hexID(id string) string {
-	if id == "" {
-		return ""
-	}
-	return "0x" + id
-}
-
 // pciDir is the function dir of the HCA with that bus ID (validated to exist).
 func (b *builder) pciDir(busID string) string {
 	for i := range b.n.Spec.HCAs {
