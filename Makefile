@@ -72,8 +72,12 @@ demo: build
 	BIN=$(BIN) ./demo/run.sh
 	cd test && $(GO) run ./cmd/rdma-demo $(DEMO_FLAGS) 2>$(or $(DEMO_LOG),/dev/null)
 
+# The main module's benchmarks, then the kubelet's path through the real
+# daemon against an in-process kube-apiserver (test/prepbench): the
+# `prepare sustained:` and `prepare concurrency:` lines.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	cd test && $(GO) test -run '^$$' -bench 'BenchmarkPrepare(Sustained|Concurrent)$$' -benchtime=1x -timeout 30m ./prepbench
 
 # The real kube-scheduler with SCALE_NODES simulated RDMA nodes (each 8 CX-7 +
 # 2 BF-3, a GPU driver's 8 GPUs on the same PCIe roots, a one-attribute

@@ -3,7 +3,6 @@ package main
 import (
 	"path/filepath"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -13,18 +12,6 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/pkg/legacy"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmacg"
 )
-
-// newClient is the API server client, rate-limited by --kube-api-qps and
-// --kube-api-burst and named after the node in the API server's logs.
-func newClient(o *options) (kubernetes.Interface, error) {
-	cfg, err := restConfig(o.kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	cfg.QPS, cfg.Burst = o.kubeAPIQPS, o.kubeAPIBurst
-	cfg.UserAgent = "rdma-dra-driver/" + o.nodeName
-	return kubernetes.NewForConfig(cfg)
-}
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig == "" {

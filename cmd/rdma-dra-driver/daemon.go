@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/rdma-dra/rdma-dra-driver/internal/buildinfo"
@@ -40,13 +39,14 @@ func (o *options) dirs() daemonDirs {
 type daemon struct {
 	driver  *draplugin.Driver
 	metrics *draplugin.Metrics
+	nodes   *cachedNodes
 	shim    *legacy.Plugin   // nil unless --legacy=device-plugin
 	events  *kevents.Watcher // nil without kernel events
 }
 
 // newDaemon builds the driver and its dependencies from the options. The
 // pod informer starts here: the driver needs it from its first prepare.
-func newDaemon(ctx context.Context, o *options, client kubernetes.Interface, dirs daemonDirs, build buildinfo.Info) (_ *daemon, err error) {
+func newDaemon(ctx context.Context, o *options, clients apiClients, dirs daemonDirs, build buildinfo.Info) (_ *daemon, err error) {
 	logger := klog.FromContext(ctx)
 	if err := makeDirs(o, dirs); err != nil {
 		return nil, err
@@ -59,11 +59,17 @@ func newDaemon(ctx context.Context, o *options, client kubernetes.Interface, dir
 	// Pods are looked up for the hostNetwork policy and, where every pod
 	// may use RDMA, still for the GID hints (a pod network's GIDs are not
 	// at the host's index).
-	pods := draplugin.NewPodInformer(client, o.nodeName)
+	pods := draplugin.NewPodInformer(clients.kubelet, o.nodeName)
 	if err := pods.Start(ctx); err != nil {
 		return nil, err
 	}
-	dmn := &daemon{metrics: draplugin.NewMetrics()}
+	// The Node's InternalIPs (moveNetdev) and the foreign-plugin check
+	// read it from a watch.
+	nodes := newCachedNodes(clients.publish, o.nodeName)
+	if err := nodes.Start(ctx); err != nil {
+		return nil, err
+	}
+	dmn := &daemon{metrics: draplugin.NewMetrics(), nodes: nodes}
 	registerBuildInfo(dmn.metrics.Registry, build)
 	specs := cdi.NewSpecDir(o.cdiRoot)
 	deps := draplugin.Deps{
@@ -81,7 +87,7 @@ func newDaemon(ctx context.Context, o *options, client kubernetes.Interface, dir
 	}
 	deps.Pods = pods
 	if o.claimStatus {
-		deps.Claims = client.ResourceV1()
+		deps.Claims = clients.status.ResourceV1()
 	}
 	if o.kernelEvents {
 		// Optional: without it, changes are still seen by the port watcher
@@ -105,7 +111,7 @@ func newDaemon(ctx context.Context, o *options, client kubernetes.Interface, dir
 	}
 	// moveNetdev never moves the node's uplink (default route, InternalIP).
 	deps.HostLinks = rdmanl.RouteClient{}
-	deps.NodeIPs = draplugin.NodeGetter{Nodes: client.CoreV1().Nodes(), Name: o.nodeName}
+	deps.NodeIPs = draplugin.NodeGetter{Nodes: nodes, Name: o.nodeName}
 	if o.legacyRoute == legacyDevicePlugin {
 		shim, err := newShim(o, dcfg, specs)
 		if err != nil {

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
@@ -13,29 +13,35 @@ import (
 )
 
 // foreignCheckInterval: an old device plugin is a migration leftover, not
-// an emergency; a Node GET every few minutes is enough to notice it.
+// an emergency; a look at the Node every few minutes is enough to notice
+// it.
 const foreignCheckInterval = 5 * time.Minute
 
 // foreignAdvertiser watches the Node for the legacy resource advertised by
 // another device plugin, logs each change of verdict and keeps a gauge for
 // alerts.
 type foreignAdvertiser struct {
-	client                       kubernetes.Interface
+	nodes                        nodeGetter
 	node, resource, route, share string
 	gauge                        *metrics.Gauge
 	last                         string
 }
 
-func newForeignAdvertiser(client kubernetes.Interface, o *options, reg metrics.KubeRegistry) *foreignAdvertiser {
+// nodeGetter reads a Node: cachedNodes in the daemon.
+type nodeGetter interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Node, error)
+}
+
+func newForeignAdvertiser(nodes nodeGetter, o *options, reg metrics.KubeRegistry) *foreignAdvertiser {
 	g := metrics.NewGauge(&metrics.GaugeOpts{Namespace: "rdma_dra", Name: "foreign_legacy_resource",
 		Help: "1 while the node advertises the legacy resource (rdma/hca) from another device plugin in a way that conflicts with this daemon's mode.", StabilityLevel: metrics.ALPHA})
 	reg.MustRegister(g)
-	return &foreignAdvertiser{client: client, node: o.nodeName, resource: o.legacyResourceName, route: string(o.legacyRoute), share: string(o.sharing), gauge: g}
+	return &foreignAdvertiser{nodes: nodes, node: o.nodeName, resource: o.legacyResourceName, route: string(o.legacyRoute), share: string(o.sharing), gauge: g}
 }
 
-// check GETs the Node once and returns the problem, "" if none.
+// check reads the Node once and returns the problem, "" if none.
 func (f *foreignAdvertiser) check(ctx context.Context) (string, error) {
-	node, err := f.client.CoreV1().Nodes().Get(ctx, f.node, metav1.GetOptions{})
+	node, err := f.nodes.Get(ctx, f.node, metav1.GetOptions{})
 	if err != nil {
 		return "", err
 	}

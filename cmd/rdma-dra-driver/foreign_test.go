@@ -21,7 +21,7 @@ func TestForeignAdvertiser(t *testing.T) {
 		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"rdma/hca": resource.MustParse("1k")}}}
 	client := fake.NewClientset(node)
 	reg := metrics.NewKubeRegistry()
-	f := newForeignAdvertiser(client, &options{nodeName: "dgx01", legacyResourceName: "rdma/hca", legacyRoute: "dra", sharing: "shared"}, reg)
+	f := newForeignAdvertiser(client.CoreV1().Nodes(), &options{nodeName: "dgx01", legacyResourceName: "rdma/hca", legacyRoute: "dra", sharing: "shared"}, reg)
 	ctx := context.Background()
 	problem, err := f.check(ctx)
 	if err != nil || !strings.Contains(problem, "node dgx01 advertises rdma/hca=1k") {
@@ -48,7 +48,7 @@ func TestForeignAdvertiser(t *testing.T) {
 	if v := gauge(); v != 0 {
 		t.Errorf("gauge = %v after removal, want 0", v)
 	}
-	if _, err := (&foreignAdvertiser{client: client, node: "gone", gauge: f.gauge}).check(ctx); err == nil {
+	if _, err := (&foreignAdvertiser{nodes: client.CoreV1().Nodes(), node: "gone", gauge: f.gauge}).check(ctx); err == nil {
 		t.Error("a missing Node gave no error")
 	}
 }

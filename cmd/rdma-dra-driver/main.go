@@ -78,19 +78,20 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 	}()
 	ctx = klog.NewContext(ctx, logger)
 
-	client, err := newClient(o)
+	gate := newCallGate()
+	clients, err := newClients(o, gate)
 	if err != nil {
 		return err
 	}
 	dirs := o.dirs()
-	dmn, err := newDaemon(ctx, o, client, dirs, build)
+	dmn, err := newDaemon(ctx, o, clients, dirs, build)
 	if err != nil {
 		return err
 	}
 	defer dmn.close()
 	dmn.startShim(ctx, o, stop)
 
-	helper, err := startPlugin(ctx, o, client, dmn.driver, dirs)
+	helper, err := startPlugin(ctx, o, clients.helperClient(), gate, dmn.driver, dirs)
 	if err != nil {
 		return err
 	}
@@ -102,7 +103,7 @@ func run(o *options, fs *pflag.FlagSet) (err error) {
 		return err
 	}
 
-	go newForeignAdvertiser(client, o, dmn.metrics.Registry).run(ctx, foreignCheckInterval)
+	go newForeignAdvertiser(dmn.nodes, o, dmn.metrics.Registry).run(ctx, foreignCheckInterval)
 
 	servers := startHTTP(ctx, o, dmn.metrics, helper, dirs.plugin)
 	defer stopHTTP(servers)

@@ -12,8 +12,10 @@ import (
 
 // startPlugin starts the kubelet plugin helper: the DRA gRPC service and
 // the registration with the kubelet.
-func startPlugin(ctx context.Context, o *options, client kubernetes.Interface, d *draplugin.Driver, dirs daemonDirs) (*kubeletplugin.Helper, error) {
+// The gate counts its prepare and unprepare calls.
+func startPlugin(ctx context.Context, o *options, client kubernetes.Interface, gate *callGate, d *draplugin.Driver, dirs daemonDirs) (*kubeletplugin.Helper, error) {
 	helperOpts := []kubeletplugin.Option{
+		kubeletplugin.GRPCInterceptor(gate.interceptor),
 		kubeletplugin.DriverName(o.driverName),
 		kubeletplugin.NodeName(o.nodeName),
 		kubeletplugin.KubeClient(client),
