@@ -58,25 +58,7 @@ func (w *realWorld) waitDevicePlugin(t *testing.T) {
 // driver holds no claim (the device plugin's node-wide spec stays).
 func (w *realWorld) policyReset(t *testing.T) {
 	t.Helper()
-	c := w.cp.Client
-	if err := c.CoreV1().Pods("default").DeleteCollection(w.ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}, metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.ResourceV1().ResourceClaims("default").DeleteCollection(w.ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	poll.For(t, "pods and claims in default to be gone, and the driver to hold no claim", 2*time.Minute, func() (bool, string) {
-		pods, err := c.CoreV1().Pods("default").List(w.ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		claims, err := c.ResourceV1().ResourceClaims("default").List(w.ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		n := len(w.checkpoint(t).Claims)
-		return len(pods.Items) == 0 && len(claims.Items) == 0 && n == 0, fmt.Sprintf("%d pods, %d claims, %d prepared", len(pods.Items), len(claims.Items), n)
-	})
+	w.clearDefault(t, 0)
 }
 
 // policyPod runs tickScript in busybox; mutate adjusts it.

@@ -370,18 +370,30 @@ func (w *realWorld) uverbsOf(devs ...string) string {
 // CDI spec (no leak, whatever the scenario did).
 func (w *realWorld) reset(t *testing.T) {
 	t.Helper()
+	w.clearDefault(t, 1)
+	// The kubelet unprepares after the pod object may be gone.
+	poll.For(t, "the driver to have unprepared everything", time.Minute, func() (bool, string) {
+		return len(w.checkpoint(t).Claims) == 0 && len(w.specFiles()) == 0, fmt.Sprintf("checkpoint %d claims, CDI dir %v", len(w.checkpoint(t).Claims), w.specFiles())
+	})
+}
+
+// clearDefault deletes every Job, pod (with grace seconds) and claim in
+// default and waits until they are gone and the driver's checkpoint holds
+// no claim.
+func (w *realWorld) clearDefault(t *testing.T, grace int64) {
+	t.Helper()
 	bg := metav1.DeletePropagationBackground
 	c := w.cp.Client
 	if err := c.BatchV1().Jobs("default").DeleteCollection(w.ctx, metav1.DeleteOptions{PropagationPolicy: &bg}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.CoreV1().Pods("default").DeleteCollection(w.ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(1))}, metav1.ListOptions{}); err != nil {
+	if err := c.CoreV1().Pods("default").DeleteCollection(w.ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.ResourceV1().ResourceClaims("default").DeleteCollection(w.ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll.For(t, "pods and claims in default to be gone", 2*time.Minute, func() (bool, string) {
+	poll.For(t, "pods and claims in default to be gone, and the driver to hold no claim", 2*time.Minute, func() (bool, string) {
 		pods, err := c.CoreV1().Pods("default").List(w.ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -390,11 +402,8 @@ func (w *realWorld) reset(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return len(pods.Items) == 0 && len(claims.Items) == 0, fmt.Sprintf("%d pods, %d claims", len(pods.Items), len(claims.Items))
-	})
-	// The kubelet unprepares after the pod object may be gone.
-	poll.For(t, "the driver to have unprepared everything", time.Minute, func() (bool, string) {
-		return len(w.checkpoint(t).Claims) == 0 && len(w.specFiles()) == 0, fmt.Sprintf("checkpoint %d claims, CDI dir %v", len(w.checkpoint(t).Claims), w.specFiles())
+		n := len(w.checkpoint(t).Claims)
+		return len(pods.Items) == 0 && len(claims.Items) == 0 && n == 0, fmt.Sprintf("%d pods, %d claims, %d prepared", len(pods.Items), len(claims.Items), n)
 	})
 }
 
