@@ -128,8 +128,24 @@ func (f *fakeNetns) moveLink(index int) error {
 
 func (f *fakeNetns) close() error { f.closed = true; return nil }
 
-func TestNetns(t *testing.T) {
-	state := `{"ociVersion":"1.2.0","id":"ctr1","status":"creating","pid":42,"bundle":"/b"}`
+// netnsState is the OCI state the runtime hands the hook: container ctr1, pid 42.
+const netnsState = `{"ociVersion":"1.2.0","id":"ctr1","status":"creating","pid":42,"bundle":"/b"}`
+
+// netnsCase is one run of the netns hook against a fake kernel.
+type netnsCase struct {
+	name      string
+	args      []string
+	stdin     string
+	kernel    fakeNetns
+	wantMoves []string
+	wantRDMA  string // where the RDMA device is afterwards, if checked
+	wantErr   string
+	wantLog   string
+}
+
+// netnsCases are TestNetns's cases.
+func netnsCases() []netnsCase {
+	state := netnsState
 	eopnotsupp := &rdmanl.Error{Op: "netns move of rxe0", Err: syscall.EOPNOTSUPP}
 	inHost := map[string]string{"rdma:mlx5_0": "host"}
 	roce := func(ns string) []fakeLink { return []fakeLink{{index: 7, name: "ens1f0np0", port: 1, ns: ns}} }
@@ -137,16 +153,7 @@ func TestNetns(t *testing.T) {
 	// name now belongs to another interface.
 	renamed := []fakeLink{{index: 7, name: "ens1f0np0new", port: 1, ns: "host"}}
 	trap := []fakeLink{{index: 7, name: "ens1f0np0new", port: 1, ns: "host"}, {index: 2, name: "ens1f0np0", ns: "host"}}
-	tests := []struct {
-		name      string
-		args      []string
-		stdin     string
-		kernel    fakeNetns
-		wantMoves []string
-		wantRDMA  string // where the RDMA device is afterwards, if checked
-		wantErr   string
-		wantLog   string
-	}{
+	return []netnsCase{
 		{
 			name: "moves the device", args: []string{"netns", "--device=mlx5_0"}, stdin: state,
 			kernel:    fakeNetns{protocol: "roce", where: inHost, links: roce("host")},
@@ -296,7 +303,10 @@ func TestNetns(t *testing.T) {
 		{name: "not a hook", args: []string{"netns", "--device=mlx5_0"}, stdin: "", wantErr: "HCA mlx5_0: the OCI state on stdin is not JSON"},
 		{name: "no process", args: []string{"netns", "--device=mlx5_0"}, stdin: `{"id":"c","pid":0}`, wantErr: "HCA mlx5_0: the OCI state of container \"c\" has no process"},
 	}
-	for _, tt := range tests {
+}
+
+func TestNetns(t *testing.T) {
+	for _, tt := range netnsCases() {
 		t.Run(tt.name, func(t *testing.T) {
 			k := tt.kernel
 			k.where = maps.Clone(k.where)
@@ -332,7 +342,7 @@ func TestNetns(t *testing.T) {
 			}
 		})
 	}
-	if err := run([]string{"netns", "--device=mlx5_0"}, strings.NewReader(state), deps{openNetns: func(int) (netnsKernel, error) {
+	if err := run([]string{"netns", "--device=mlx5_0"}, strings.NewReader(netnsState), deps{openNetns: func(int) (netnsKernel, error) {
 		return nil, os.ErrNotExist
 	}}); err == nil || !strings.Contains(err.Error(), "HCA mlx5_0: cannot open the network namespace of container ctr1 (pid 42): file does not exist") {
 		t.Errorf("container gone: %v", err)

@@ -61,17 +61,26 @@ const (
 // the kernel announces by the discovery after the event, the rest by the
 // next full pass.
 func TestRescanSeesEveryChange(t *testing.T) {
+	for _, tt := range rescanCases() {
+		t.Run(tt.name, func(t *testing.T) { checkRescanSees(t, tt) })
+	}
+}
+
+// rescanCase is a change to a node's sysfs and how the discoverer must see it.
+type rescanCase struct {
+	name   string
+	spec   hcatest.Spec
+	seenBy string
+	// fullPass: the rescan itself finds the change needs one.
+	fullPass bool
+	change   func(t *testing.T, n *hcatest.Node)
+	check    func(inv hca.Inventory) error
+}
+
+func rescanCases() []rescanCase {
 	dgx, _ := hcatest.Preset("dgx-h100")
 	rxe, _ := hcatest.Preset("rxe")
-	for _, tt := range []struct {
-		name   string
-		spec   hcatest.Spec
-		seenBy string
-		// fullPass: the rescan itself finds the change needs one.
-		fullPass bool
-		change   func(t *testing.T, n *hcatest.Node)
-		check    func(inv hca.Inventory) error
-	}{{
+	return []rescanCase{{
 		name: "a port's rate changed", spec: dgx, seenBy: byRescan,
 		change: func(t *testing.T, n *hcatest.Node) {
 			write(t, filepath.Join(n.IBDevDir("mlx5_1"), "ports", "1", "rate"), "200 Gb/sec (4X HDR)")
@@ -189,41 +198,43 @@ func TestRescanSeesEveryChange(t *testing.T) {
 			}
 			return nil
 		},
-	}} {
-		t.Run(tt.name, func(t *testing.T) {
-			n := build(t, tt.spec)
-			opts := []hca.Option{hca.WithSysfsRoot(n.SysfsRoot), hca.WithDevRoot(n.DevRoot)}
-			if tt.seenBy == byFullInterval {
-				// Every pass is the full one an interval makes.
-				opts = append(opts, hca.WithFullRescanInterval(0))
-			}
-			d := hca.NewDiscoverer(opts...)
-			before, err := d.Discover()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tt.check(before) == nil {
-				t.Fatal("the check passes before the change: it proves nothing")
-			}
-			if _, err := d.PortStates(); err != nil {
-				t.Fatal(err)
-			}
-			tt.change(t, n)
-			if tt.seenBy == byEvent {
-				d.Invalidate()
-			}
-			full := d.FullPasses()
-			after, err := d.Discover()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := tt.check(after); err != nil {
-				t.Error(err)
-			}
-			if tt.seenBy == byRescan && (d.FullPasses() > full) != tt.fullPass {
-				t.Errorf("full passes %d -> %d; want a full pass: %v", full, d.FullPasses(), tt.fullPass)
-			}
-		})
+	}}
+}
+
+// checkRescanSees makes tt's change between two discoveries and checks the
+// second sees it, by the way tt says.
+func checkRescanSees(t *testing.T, tt rescanCase) {
+	n := build(t, tt.spec)
+	opts := []hca.Option{hca.WithSysfsRoot(n.SysfsRoot), hca.WithDevRoot(n.DevRoot)}
+	if tt.seenBy == byFullInterval {
+		// Every pass is the full one an interval makes.
+		opts = append(opts, hca.WithFullRescanInterval(0))
+	}
+	d := hca.NewDiscoverer(opts...)
+	before, err := d.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tt.check(before) == nil {
+		t.Fatal("the check passes before the change: it proves nothing")
+	}
+	if _, err := d.PortStates(); err != nil {
+		t.Fatal(err)
+	}
+	tt.change(t, n)
+	if tt.seenBy == byEvent {
+		d.Invalidate()
+	}
+	full := d.FullPasses()
+	after, err := d.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tt.check(after); err != nil {
+		t.Error(err)
+	}
+	if tt.seenBy == byRescan && (d.FullPasses() > full) != tt.fullPass {
+		t.Errorf("full passes %d -> %d; want a full pass: %v", full, d.FullPasses(), tt.fullPass)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -56,22 +58,8 @@ func ctlStart(t *testing.T) (context.Context, *ControlPlane) {
 // last describes the state seen, for the failure message.
 func ctlPoll(ctx context.Context, t *testing.T, what string, cond func(ctx context.Context) (bool, string, error)) {
 	t.Helper()
-	deadline := time.Now().Add(ctlPollLimit)
-	for {
-		ok, state, err := cond(ctx)
-		switch {
-		case err != nil:
-			t.Fatalf("waiting for %s: %v", what, err)
-		case ok:
-			return
-		case time.Now().After(deadline):
-			t.Fatalf("waiting for %s: not after %v; last seen: %s", what, ctlPollLimit, state)
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, context.Cause(ctx))
-		case <-time.After(200 * time.Millisecond):
-		}
+	if err := poll.Until(ctx, what, 200*time.Millisecond, ctlPollLimit, cond); err != nil {
+		t.Fatal(err)
 	}
 }
 

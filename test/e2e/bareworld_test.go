@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -79,7 +81,7 @@ func (w *world) startDriver() {
 // test at once, with its logs.
 func (w *world) wait(what string, d time.Duration, cond func() (bool, string)) {
 	w.t.Helper()
-	waitFor(w.t, what, d, func() (bool, string) {
+	poll.For(w.t, what, d, func() (bool, string) {
 		if w.proc != nil {
 			if exited, err := w.proc.Exited(); exited {
 				w.t.Fatalf("driver exited (%v) while waiting for %s:\n%s", err, what, w.proc.Logs())

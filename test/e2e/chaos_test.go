@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rdma-dra/rdma-dra-driver/test/node"
@@ -118,7 +120,7 @@ func TestRealNodeRestartChaos(t *testing.T) {
 	}
 	stream.stopStream()
 	t.Logf("%d rounds in %s", rounds, time.Since(begin).Round(time.Second))
-	waitRealNode(t, "the driver Ready after the last round", 2*time.Minute, func() (bool, string) {
+	poll.For(t, "the driver Ready after the last round", 2*time.Minute, func() (bool, string) {
 		pods := w.driverPods(t)
 		return len(pods) == 1 && ready(&pods[0]), fmt.Sprintf("%d pods", len(pods))
 	})
@@ -135,7 +137,7 @@ func TestRealNodeRestartChaos(t *testing.T) {
 	}
 	w.keepSeeing(t, holders, ids, after, want)
 	// The stream's last claims are unprepared once their pods are gone.
-	waitRealNode(t, "only the holders' claims prepared", 2*time.Minute, func() (bool, string) {
+	poll.For(t, "only the holders' claims prepared", 2*time.Minute, func() (bool, string) {
 		var got []string
 		for uid := range w.checkpoint(t).Claims {
 			got = append(got, uid)
@@ -163,7 +165,7 @@ func TestRealNodeRestartChaos(t *testing.T) {
 func (w *realWorld) driverPid(t *testing.T) int {
 	t.Helper()
 	var pid int
-	waitRealNode(t, "the driver's container running", 2*time.Minute, func() (bool, string) {
+	poll.For(t, "the driver's container running", 2*time.Minute, func() (bool, string) {
 		pods := w.driverPods(t)
 		if len(pods) != 1 || len(pods[0].Status.ContainerStatuses) != 1 || pods[0].Status.ContainerStatuses[0].State.Running == nil {
 			return false, fmt.Sprintf("%d pods", len(pods))

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -90,7 +92,7 @@ func TestChartAcceptedAndPoliciesAct(t *testing.T) {
 			}}},
 		}
 	}
-	waitFor(t, "the pod policy to deny", 30*time.Second, func() (bool, string) {
+	poll.For(t, "the pod policy to deny", 30*time.Second, func() (bool, string) {
 		_, err := cp.Client.CoreV1().Pods("default").Create(ctx, rdmaPod(fmt.Sprintf("no-ipc-lock-%d", time.Now().UnixNano())), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err != nil && strings.Contains(err.Error(), "need securityContext.capabilities.add: [IPC_LOCK]") && strings.Contains(err.Error(), "main"), fmt.Sprint(err)
 	})
@@ -132,7 +134,7 @@ func TestChartAcceptedAndPoliciesAct(t *testing.T) {
 				Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}},
 		}
 	}
-	waitFor(t, "the slice policy to refuse another node", 30*time.Second, func() (bool, string) {
+	poll.For(t, "the slice policy to refuse another node", 30*time.Second, func() (bool, string) {
 		_, err := client.ResourceV1().ResourceSlices().Create(ctx, slice("n2"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err != nil && strings.Contains(err.Error(), "on node n1 may not write ResourceSlices of node n2"), fmt.Sprint(err)
 	})
@@ -183,20 +185,4 @@ func daemonClient(t *testing.T, cp *cluster.ControlPlane, node string) kubernete
 		t.Fatal(err)
 	}
 	return c
-}
-
-// waitFor polls cond until it holds or d passes; cond says what it saw.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	var last string
-	for time.Now().Before(deadline) {
-		ok, s := cond()
-		if ok {
-			return
-		}
-		last = s
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s; last: %s", what, last)
 }

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -72,7 +74,7 @@ func TestRealNodeLegacy(t *testing.T) {
 		start := time.Now()
 		w.release = "rdma-legacy"
 		w.objs = installDriver(w.ctx, t, w.cp, w.n, w.dir, w.release, w.values(`,"sharing":"shared","legacy":{"route":"device-plugin"},"deviceClasses":{"create":false}`))
-		waitRealNode(t, "rdma/hca on "+w.n.Name+" (the kubelet's device manager)", time.Minute, func() (bool, string) {
+		poll.For(t, "rdma/hca on "+w.n.Name+" (the kubelet's device manager)", time.Minute, func() (bool, string) {
 			no, err := w.cp.Client.CoreV1().Nodes().Get(w.ctx, w.n.Name, metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
@@ -103,7 +105,7 @@ func installDriver(ctx context.Context, t *testing.T, cp *cluster.ControlPlane, 
 		t.Fatal(err)
 	}
 	selector := "app.kubernetes.io/instance=" + release
-	waitRealNode(t, "the driver pod of "+release+" to be Ready", 2*time.Minute, func() (bool, string) {
+	poll.For(t, "the driver pod of "+release+" to be Ready", 2*time.Minute, func() (bool, string) {
 		pods, err := cp.Client.CoreV1().Pods("rdma-system").List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil || len(pods.Items) == 0 {
 			return false, fmt.Sprintf("no pod yet (%v)", err)
@@ -133,7 +135,7 @@ func uninstallDriver(ctx context.Context, t *testing.T, cp *cluster.ControlPlane
 	if err := cluster.UninstallChart(ctx, cp, objs); err != nil {
 		t.Fatal(err)
 	}
-	waitRealNode(t, "the driver pod of "+release+" to be gone", 2*time.Minute, func() (bool, string) {
+	poll.For(t, "the driver pod of "+release+" to be gone", 2*time.Minute, func() (bool, string) {
 		pods, err := cp.Client.CoreV1().Pods("rdma-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
 		return err == nil && len(pods.Items) == 0, fmt.Sprintf("%v, %d pods", err, len(pods.Items))
 	})
@@ -158,7 +160,7 @@ func waitJobPod(ctx context.Context, t *testing.T, cp *cluster.ControlPlane, nam
 	t.Helper()
 	start := time.Now()
 	var pod corev1.Pod
-	waitRealNode(t, "job "+name+" to complete", 2*time.Minute, func() (bool, string) {
+	poll.For(t, "job "+name+" to complete", 2*time.Minute, func() (bool, string) {
 		j, err := cp.Client.BatchV1().Jobs("default").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -258,19 +260,4 @@ func watchClaims(ctx context.Context, t *testing.T, cp *cluster.ControlPlane) *c
 		}
 	}()
 	return rec
-}
-
-func waitRealNode(t *testing.T, what string, d time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("waiting for %s: not after %s: %s", what, d, last)
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -42,7 +44,7 @@ func TestRealNodePolicy(t *testing.T) {
 
 func (w *realWorld) waitDevicePlugin(t *testing.T) {
 	t.Helper()
-	waitRealNode(t, "rdma/hca on "+w.n.Name+" (the kubelet's device manager)", time.Minute, func() (bool, string) {
+	poll.For(t, "rdma/hca on "+w.n.Name+" (the kubelet's device manager)", time.Minute, func() (bool, string) {
 		no, err := w.cp.Client.CoreV1().Nodes().Get(w.ctx, w.n.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -56,25 +58,7 @@ func (w *realWorld) waitDevicePlugin(t *testing.T) {
 // driver holds no claim (the device plugin's node-wide spec stays).
 func (w *realWorld) policyReset(t *testing.T) {
 	t.Helper()
-	c := w.cp.Client
-	if err := c.CoreV1().Pods("default").DeleteCollection(w.ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}, metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.ResourceV1().ResourceClaims("default").DeleteCollection(w.ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitRealNode(t, "pods and claims in default to be gone, and the driver to hold no claim", 2*time.Minute, func() (bool, string) {
-		pods, err := c.CoreV1().Pods("default").List(w.ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		claims, err := c.ResourceV1().ResourceClaims("default").List(w.ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		n := len(w.checkpoint(t).Claims)
-		return len(pods.Items) == 0 && len(claims.Items) == 0 && n == 0, fmt.Sprintf("%d pods, %d claims, %d prepared", len(pods.Items), len(claims.Items), n)
-	})
+	w.clearDefault(t, 0)
 }
 
 // policyPod runs tickScript in busybox; mutate adjusts it.
@@ -131,7 +115,7 @@ func (w *realWorld) createClaim(t *testing.T, name, class string, configs ...str
 func (w *realWorld) waitWarning(t *testing.T, pod string, want ...string) string {
 	t.Helper()
 	var msg string
-	waitRealNode(t, fmt.Sprintf("a warning for pod %s saying %q", pod, want), 2*time.Minute, func() (bool, string) {
+	poll.For(t, fmt.Sprintf("a warning for pod %s saying %q", pod, want), 2*time.Minute, func() (bool, string) {
 		evs, err := w.cp.Client.CoreV1().Events("default").List(w.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
 		if err != nil {
 			return false, err.Error()

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -50,7 +52,7 @@ func TestRealNodeReboot(t *testing.T) {
 	t.Logf("node rebooted in %s", time.Since(start).Round(100*time.Millisecond))
 
 	running := names[:2]
-	waitRealNode(t, "rb0 and rb1 to run in new containers after the reboot", 5*time.Minute, func() (bool, string) {
+	poll.For(t, "rb0 and rb1 to run in new containers after the reboot", 5*time.Minute, func() (bool, string) {
 		for _, name := range running {
 			cs := w.pod(t, name).Status.ContainerStatuses
 			if len(cs) != 1 || cs[0].ContainerID == ids[name] || cs[0].State.Running == nil {
@@ -67,12 +69,12 @@ func TestRealNodeReboot(t *testing.T) {
 			}
 		}
 	}
-	waitRealNode(t, "rb2 to be gone", 2*time.Minute, func() (bool, string) {
+	poll.For(t, "rb2 to be gone", 2*time.Minute, func() (bool, string) {
 		_, err := w.cp.Client.CoreV1().Pods("default").Get(w.ctx, "rb2", metav1.GetOptions{})
 		return err != nil, fmt.Sprintf("%v", err)
 	})
 	// rb2's claim went with its pod: the driver holds exactly the others.
-	waitRealNode(t, "the driver to hold exactly rb0's and rb1's claims", time.Minute, func() (bool, string) {
+	poll.For(t, "the driver to hold exactly rb0's and rb1's claims", time.Minute, func() (bool, string) {
 		cp := w.checkpoint(t)
 		return len(cp.Claims) == 2, fmt.Sprintf("checkpoint claims %d, specs %v", len(cp.Claims), w.specFiles())
 	})

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -191,7 +193,7 @@ func (w *realWorld) claimStatus(t *testing.T) {
 	}
 	want := resourceapi.NetworkDeviceData{InterfaceName: netdev, IPs: []string{ip}, HardwareAddress: strings.TrimSpace(string(mac))}
 	var got resourceapi.AllocatedDeviceStatus
-	waitRealNode(t, "the claim's status.devices", 30*time.Second, func() (bool, string) {
+	poll.For(t, "the claim's status.devices", 30*time.Second, func() (bool, string) {
 		ours := w.driverStatus(t, "roce")
 		if len(ours) != 1 {
 			return false, fmt.Sprintf("%+v", ours)
@@ -219,7 +221,7 @@ func (w *realWorld) claimStatus(t *testing.T) {
 	if err := w.cp.Client.CoreV1().Pods("default").Delete(w.ctx, "roce", metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(1))}); err != nil {
 		t.Fatal(err)
 	}
-	waitRealNode(t, "the driver's status.devices entry to go after the pod", time.Minute, func() (bool, string) {
+	poll.For(t, "the driver's status.devices entry to go after the pod", time.Minute, func() (bool, string) {
 		ours := w.driverStatus(t, "roce")
 		return len(ours) == 0, fmt.Sprintf("%+v", ours)
 	})
@@ -294,7 +296,7 @@ func (w *realWorld) pcieRoots(t *testing.T) map[string]string {
 func (w *realWorld) hostNetworkRefusal(t *testing.T) {
 	w.realClaimPod(t, "podnet", false, "ls /dev/infiniband")
 	var msg string
-	waitRealNode(t, "the kubelet's event for the refused prepare", time.Minute, func() (bool, string) {
+	poll.For(t, "the kubelet's event for the refused prepare", time.Minute, func() (bool, string) {
 		evs, err := w.cp.Client.CoreV1().Events("default").List(w.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=podnet"})
 		if err != nil {
 			return false, err.Error()
@@ -325,7 +327,7 @@ func (w *realWorld) eightThenNine(t *testing.T) {
 	}
 	w.waitPhase(t, corev1.PodRunning, names...)
 	w.realClaimPod(t, "p8", true, tickScript)
-	waitRealNode(t, "the ninth pod to be found unschedulable", time.Minute, func() (bool, string) {
+	poll.For(t, "the ninth pod to be found unschedulable", time.Minute, func() (bool, string) {
 		p := w.pod(t, "p8")
 		if p.Spec.NodeName != "" {
 			t.Fatalf("ninth pod placed on %q while eight HCAs are taken", p.Spec.NodeName)
@@ -389,7 +391,7 @@ func (w *realWorld) containerRestart(t *testing.T) {
 		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "m", MountPath: "/m"}}
 	})
 	var restarts int32
-	waitRealNode(t, "the crashed container to run again", 2*time.Minute, func() (bool, string) {
+	poll.For(t, "the crashed container to run again", 2*time.Minute, func() (bool, string) {
 		p := w.pod(t, "crash")
 		if len(p.Status.ContainerStatuses) == 0 {
 			return false, "no container status"
@@ -516,12 +518,12 @@ func (w *realWorld) kubeletRestart(t *testing.T) {
 	// A new sandbox after the restart: the kubelet prepares kr0's claim again.
 	sandbox := w.sandboxOf(t, ids["kr0"])
 	sigkill(t, w.taskPid(t, sandbox))
-	waitRealNode(t, "kr0 to run in a new sandbox", 2*time.Minute, func() (bool, string) {
+	poll.For(t, "kr0 to run in a new sandbox", 2*time.Minute, func() (bool, string) {
 		p := w.pod(t, "kr0")
 		cs := p.Status.ContainerStatuses
 		return len(cs) == 1 && cs[0].ContainerID != ids["kr0"] && cs[0].State.Running != nil, fmt.Sprintf("%+v", cs)
 	})
-	waitRealNode(t, "the driver to answer the kubelet's repeat NodePrepareResources", time.Minute, func() (bool, string) {
+	poll.For(t, "the driver to answer the kubelet's repeat NodePrepareResources", time.Minute, func() (bool, string) {
 		ok := w.metric(t, driver, prepareOK)
 		return ok >= ok1+1, fmt.Sprintf("success %v (was %v), error %v", ok, ok1, w.metric(t, driver, prepareErr))
 	})
@@ -607,7 +609,7 @@ func (w *realWorld) driverSIGKILL(t *testing.T) {
 	pid := w.taskPid(t, driver.Status.ContainerStatuses[0].ContainerID)
 	sigkill(t, pid)
 	t.Logf("SIGKILLed the driver (pid %d on the node)", pid)
-	waitRealNode(t, "the kubelet to restart the driver", 2*time.Minute, func() (bool, string) {
+	poll.For(t, "the kubelet to restart the driver", 2*time.Minute, func() (bool, string) {
 		p := w.driverPod(t)
 		cs := p.Status.ContainerStatuses
 		return p.UID == driver.UID && len(cs) == 1 && cs[0].RestartCount > restarts && ready(&p), fmt.Sprintf("%+v", cs)
@@ -674,7 +676,7 @@ func (w *realWorld) rollingUpdate(t *testing.T) {
 	if _, err := w.cp.Client.AppsV1().DaemonSets("rdma-system").Patch(w.ctx, w.release+"-node", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitRealNode(t, "the new driver pod Ready and the old one gone", 3*time.Minute, func() (bool, string) {
+	poll.For(t, "the new driver pod Ready and the old one gone", 3*time.Minute, func() (bool, string) {
 		l, err := w.cp.Client.CoreV1().Pods("rdma-system").List(w.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + w.release})
 		if err != nil {
 			return false, err.Error()
@@ -723,7 +725,7 @@ func (w *realWorld) rollingUpdate(t *testing.T) {
 	if err := w.cp.Client.CoreV1().Pods("default").Delete(w.ctx, "r0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitRealNode(t, "r0's claim unprepared by the new daemon", time.Minute, func() (bool, string) {
+	poll.For(t, "r0's claim unprepared by the new daemon", time.Minute, func() (bool, string) {
 		_, held := w.checkpoint(t).Claims[uids[0]]
 		return !held && w.metric(t, driver, unprepareOK) >= 1, fmt.Sprintf("in the checkpoint %v, unprepared %v", held, w.metric(t, driver, unprepareOK))
 	})
@@ -748,7 +750,7 @@ func (w *realWorld) portDown(t *testing.T) {
 			down = append(down, d)
 		}
 	}
-	waitRealNode(t, "the victim's status to show its HCA Healthy", time.Minute, func() (bool, string) {
+	poll.For(t, "the victim's status to show its HCA Healthy", time.Minute, func() (bool, string) {
 		h, msg := w.podHealth(t, "victim")
 		return h == corev1.ResourceHealthStatusHealthy, fmt.Sprintf("%s %q; status %+v", h, msg, w.pod(t, "victim").Status.ContainerStatuses)
 	})
@@ -762,7 +764,7 @@ func (w *realWorld) portDown(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitRealNode(t, "seven tainted devices", time.Minute, func() (bool, string) {
+	poll.For(t, "seven tainted devices", time.Minute, func() (bool, string) {
 		var tainted []string
 		l, err := w.cp.Client.ResourceV1().ResourceSlices().List(w.ctx, metav1.ListOptions{})
 		if err != nil {
@@ -779,7 +781,7 @@ func (w *realWorld) portDown(t *testing.T) {
 		return slices.Equal(tainted, down), fmt.Sprintf("tainted %v, want %v", tainted, down)
 	})
 	wantMsg := w.devices[victim].Name + ": port 1 is DOWN (Polling)"
-	waitRealNode(t, "the victim's status to show its HCA Unhealthy", time.Minute, func() (bool, string) {
+	poll.For(t, "the victim's status to show its HCA Unhealthy", time.Minute, func() (bool, string) {
 		h, msg := w.podHealth(t, "victim")
 		return h == corev1.ResourceHealthStatusUnhealthy && msg == wantMsg, fmt.Sprintf("%s %q, want Unhealthy %q", h, msg, wantMsg)
 	})

@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -118,7 +120,7 @@ func (w *realWorld) install(t *testing.T, release, extra string) {
 	t.Helper()
 	w.release = release // for the logs on failure
 	w.objs = installDriver(w.ctx, t, w.cp, w.n, w.dir, release, w.values(extra))
-	waitRealNode(t, "the ResourceSlice of "+w.n.Name, time.Minute, func() (bool, string) {
+	poll.For(t, "the ResourceSlice of "+w.n.Name, time.Minute, func() (bool, string) {
 		got := sliceDevices(w.ctx, w.cp, w.n.Name)
 		for name := range w.devices {
 			if !slices.Contains(got, name) {
@@ -255,7 +257,7 @@ func (w *realWorld) pod(t *testing.T, name string) *corev1.Pod {
 func (w *realWorld) waitPhase(t *testing.T, phase corev1.PodPhase, names ...string) {
 	t.Helper()
 	start := time.Now()
-	waitRealNode(t, fmt.Sprintf("pods %v to be %s", names, phase), 2*time.Minute, func() (bool, string) {
+	poll.For(t, fmt.Sprintf("pods %v to be %s", names, phase), 2*time.Minute, func() (bool, string) {
 		var not []string
 		for _, name := range names {
 			p, err := w.cp.Client.CoreV1().Pods("default").Get(w.ctx, name, metav1.GetOptions{})
@@ -302,7 +304,7 @@ func (w *realWorld) logs(t *testing.T, pod string, previous bool) string {
 func (w *realWorld) waitTicks(t *testing.T, pod string, after int) []tick {
 	t.Helper()
 	var got []tick
-	waitRealNode(t, fmt.Sprintf("pod %s's log to go past tick %d", pod, after), 2*time.Minute, func() (bool, string) {
+	poll.For(t, fmt.Sprintf("pod %s's log to go past tick %d", pod, after), 2*time.Minute, func() (bool, string) {
 		b, err := w.cp.Client.CoreV1().Pods("default").GetLogs(pod, &corev1.PodLogOptions{Container: "c"}).DoRaw(w.ctx)
 		if err != nil {
 			return false, err.Error()
@@ -368,18 +370,30 @@ func (w *realWorld) uverbsOf(devs ...string) string {
 // CDI spec (no leak, whatever the scenario did).
 func (w *realWorld) reset(t *testing.T) {
 	t.Helper()
+	w.clearDefault(t, 1)
+	// The kubelet unprepares after the pod object may be gone.
+	poll.For(t, "the driver to have unprepared everything", time.Minute, func() (bool, string) {
+		return len(w.checkpoint(t).Claims) == 0 && len(w.specFiles()) == 0, fmt.Sprintf("checkpoint %d claims, CDI dir %v", len(w.checkpoint(t).Claims), w.specFiles())
+	})
+}
+
+// clearDefault deletes every Job, pod (with grace seconds) and claim in
+// default and waits until they are gone and the driver's checkpoint holds
+// no claim.
+func (w *realWorld) clearDefault(t *testing.T, grace int64) {
+	t.Helper()
 	bg := metav1.DeletePropagationBackground
 	c := w.cp.Client
 	if err := c.BatchV1().Jobs("default").DeleteCollection(w.ctx, metav1.DeleteOptions{PropagationPolicy: &bg}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.CoreV1().Pods("default").DeleteCollection(w.ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(1))}, metav1.ListOptions{}); err != nil {
+	if err := c.CoreV1().Pods("default").DeleteCollection(w.ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.ResourceV1().ResourceClaims("default").DeleteCollection(w.ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitRealNode(t, "pods and claims in default to be gone", 2*time.Minute, func() (bool, string) {
+	poll.For(t, "pods and claims in default to be gone, and the driver to hold no claim", 2*time.Minute, func() (bool, string) {
 		pods, err := c.CoreV1().Pods("default").List(w.ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -388,11 +402,8 @@ func (w *realWorld) reset(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return len(pods.Items) == 0 && len(claims.Items) == 0, fmt.Sprintf("%d pods, %d claims", len(pods.Items), len(claims.Items))
-	})
-	// The kubelet unprepares after the pod object may be gone.
-	waitRealNode(t, "the driver to have unprepared everything", time.Minute, func() (bool, string) {
-		return len(w.checkpoint(t).Claims) == 0 && len(w.specFiles()) == 0, fmt.Sprintf("checkpoint %d claims, CDI dir %v", len(w.checkpoint(t).Claims), w.specFiles())
+		n := len(w.checkpoint(t).Claims)
+		return len(pods.Items) == 0 && len(claims.Items) == 0 && n == 0, fmt.Sprintf("%d pods, %d claims, %d prepared", len(pods.Items), len(claims.Items), n)
 	})
 }
 

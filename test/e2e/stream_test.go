@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -173,32 +175,33 @@ func (s *podStream) one() {
 			s.fail("%s: delete: %v", name, err)
 		}
 	}()
-	deadline := time.Now().Add(s.timeout)
 	var p *corev1.Pod
-	for {
-		var err error
-		p, err = c.Get(ctx, name, metav1.GetOptions{})
-		if err == nil && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed) {
-			break
+	lost := ""
+	err := poll.Until(ctx, name+" to finish", 250*time.Millisecond, s.timeout, func(ctx context.Context) (bool, string, error) {
+		got, err := c.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		p = got
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			return true, "", nil
 		}
 		// A start that failed leaves the pod Pending (restartPolicy Never)
 		// or, when containerd was killed while the container started and
 		// ran, Failed with reason StartError.
-		if err == nil {
-			if why, failed := startFailed(p); failed {
-				s.lostToRuntime(name, phase, why, created)
-				return
-			}
+		if why, failed := startFailed(p); failed {
+			lost = why
+			return true, "", nil
 		}
-		if time.Now().After(deadline) {
-			state := fmt.Sprint(err)
-			if p != nil {
-				state = fmt.Sprintf("%s %+v", p.Status.Phase, p.Status.ContainerStatuses)
-			}
-			s.fail("%s (%s): not done after %s: %s; events: %s", name, phase, s.timeout, state, w.events(name))
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
+		return false, fmt.Sprintf("%s %+v", p.Status.Phase, p.Status.ContainerStatuses), nil
+	})
+	if lost != "" {
+		s.lostToRuntime(name, phase, lost, created)
+		return
+	}
+	if err != nil {
+		s.fail("%s (%s): %v; events: %s", name, phase, err, w.events(name))
+		return
 	}
 	if why, failed := startFailed(p); failed && p.Status.Phase == corev1.PodFailed {
 		s.lostToRuntime(name, phase, why, created)

@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -298,7 +300,7 @@ func (d *daemonWatch) finish() []daemonStats {
 func (w *realWorld) rollTo(t *testing.T, image string, old corev1.Pod) corev1.Pod {
 	t.Helper()
 	var cur corev1.Pod
-	waitRealNode(t, "the driver pod running "+image+" Ready and "+old.Name+" gone", 4*time.Minute, func() (bool, string) {
+	poll.For(t, "the driver pod running "+image+" Ready and "+old.Name+" gone", 4*time.Minute, func() (bool, string) {
 		l, err := w.cp.Client.CoreV1().Pods("rdma-system").List(w.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + w.release})
 		if err != nil {
 			return false, err.Error()
@@ -332,51 +334,91 @@ func TestRealNodeUpgradeRollback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const ns = "rdma-system"
-	values := func(tag string) string {
-		return fmt.Sprintf(`{"image":{"tag":%q},"sysfsRoot":%q,"devRoot":%q,"sharing":"shared","legacy":{"route":"dra"}}`, tag, w.sim.SysfsRoot, w.sim.DevRoot)
-	}
-	oldImage := strings.TrimSuffix(node.DriverImage, ":dev") + ":" + rel.tag
-	listed := func(revision, chart string) {
-		t.Helper()
-		rels, err := h.List(w.ctx, ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(rels) != 1 || rels[0].Revision != revision || rels[0].Status != "deployed" || rels[0].Chart != chart {
-			t.Fatalf("helm list = %+v, want revision %s deployed, chart %s", rels, revision, chart)
-		}
-		t.Logf("helm list: %s revision %s %s, chart %s, app version %s", rels[0].Name, rels[0].Revision, rels[0].Status, rels[0].Chart, rels[0].AppVersion)
-	}
-	chartOf := func(dir string) string {
-		b, err := os.ReadFile(filepath.Join(dir, "Chart.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := regexp.MustCompile(`(?m)^version:\s*"?([^"\s]+)`).FindStringSubmatch(string(b))
-		if m == nil {
-			t.Fatalf("%s/Chart.yaml has no version", dir)
-		}
-		return "rdma-dra-driver-" + m[1]
-	}
+	u := &upgradeRun{w: w, h: h, rel: rel, oldImage: strings.TrimSuffix(node.DriverImage, ":dev") + ":" + rel.tag}
+	u.installOld(t)
+	u.startLongPods(t)
+	u.upgradeAndRollBack(t)
+	u.noDoublePrepare(t)
+	u.uninstallWithPodsRunning(t)
+	u.reinstall(t)
+}
 
+// upgradeRun is TestRealNodeUpgradeRollback's state from step to step.
+type upgradeRun struct {
+	w        *realWorld
+	h        *cluster.Helm
+	rel      driverRelease
+	oldImage string
+	daemons  *daemonWatch
+	stream   *podStream
+	served   []daemonStats
+	// The long-running pods: their names, what each sees in
+	// /dev/infiniband, their claims, container IDs and last ticks.
+	names, longUIDs []string
+	want, ids       map[string]string
+	after           map[string]int
+	exclUID         string
+	// The prepares the daemons counted: all, the repeats among them, and
+	// those beyond one per claim.
+	prepared, repeated, double float64
+}
+
+const upgradeNS = "rdma-system"
+
+func (u *upgradeRun) values(tag string) string {
+	return fmt.Sprintf(`{"image":{"tag":%q},"sysfsRoot":%q,"devRoot":%q,"sharing":"shared","legacy":{"route":"dra"}}`, tag, u.w.sim.SysfsRoot, u.w.sim.DevRoot)
+}
+
+// listed fails t unless helm lists the release at revision, deployed, from chart.
+func (u *upgradeRun) listed(t *testing.T, revision, chart string) {
+	t.Helper()
+	rels, err := u.h.List(u.w.ctx, upgradeNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rels) != 1 || rels[0].Revision != revision || rels[0].Status != "deployed" || rels[0].Chart != chart {
+		t.Fatalf("helm list = %+v, want revision %s deployed, chart %s", rels, revision, chart)
+	}
+	t.Logf("helm list: %s revision %s %s, chart %s, app version %s", rels[0].Name, rels[0].Revision, rels[0].Status, rels[0].Chart, rels[0].AppVersion)
+}
+
+// chartOf is the chart's name-version as helm lists it.
+func (u *upgradeRun) chartOf(t *testing.T, dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^version:\s*"?([^"\s]+)`).FindStringSubmatch(string(b))
+	if m == nil {
+		t.Fatalf("%s/Chart.yaml has no version", dir)
+	}
+	return "rdma-dra-driver-" + m[1]
+}
+
+// installOld installs the last release from its own chart and watches its daemons.
+func (u *upgradeRun) installOld(t *testing.T) {
+	w := u.w
 	// The old release, from its own chart.
 	w.release = "rdma"
 	start := time.Now()
-	if err := h.Install(w.ctx, "rdma", ns, rel.chart, values(rel.tag)); err != nil {
+	if err := u.h.Install(w.ctx, "rdma", upgradeNS, u.rel.chart, u.values(u.rel.tag)); err != nil {
 		t.Fatal(err)
 	}
-	waitRealNode(t, "the "+rel.version+" driver Ready with every HCA published", 3*time.Minute, func() (bool, string) {
+	poll.For(t, "the "+u.rel.version+" driver Ready with every HCA published", 3*time.Minute, func() (bool, string) {
 		pods := w.driverPods(t)
 		if len(pods) != 1 || !ready(&pods[0]) {
 			return false, fmt.Sprintf("%d driver pods", len(pods))
 		}
 		return len(sliceDevices(w.ctx, w.cp, w.n.Name)) >= len(w.devices), fmt.Sprintf("devices %v", sliceDevices(w.ctx, w.cp, w.n.Name))
 	})
-	t.Logf("%s installed by helm and Ready in %s", rel.version, time.Since(start).Round(100*time.Millisecond))
-	listed("1", chartOf(rel.chart))
-	daemons := w.watchDaemons()
+	t.Logf("%s installed by helm and Ready in %s", u.rel.version, time.Since(start).Round(100*time.Millisecond))
+	u.listed(t, "1", u.chartOf(t, u.rel.chart))
+	u.daemons = w.watchDaemons()
+}
 
+// startLongPods starts the long-running pods and records what they see.
+func (u *upgradeRun) startLongPods(t *testing.T) {
+	w := u.w
 	// The long-running pods.
 	w.ensureTemplate(t)
 	claim := func(name string, shares int64) {
@@ -407,77 +449,84 @@ func TestRealNodeUpgradeRollback(t *testing.T) {
 			p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Limits: corev1.ResourceList{"rdma/hca": resource.MustParse("1")}}
 		},
 	}
-	names := slices.Sorted(maps.Keys(long))
+	u.names = slices.Sorted(maps.Keys(long))
 	// shared-b after shared-a runs: two pods of one claim starting at once
 	// may both have the kubelet ask for it (each pod's worker finds it not
 	// yet prepared), a repeat too quick for the checkpoint poll to see.
-	for _, name := range names {
+	for _, name := range u.names {
 		if name == "shared-b" {
 			w.waitPhase(t, corev1.PodRunning, "shared-a")
 		}
 		w.realClaimPod(t, name, true, tickScript, func(p *corev1.Pod) { p.Spec.RestartPolicy = corev1.RestartPolicyAlways }, long[name])
 	}
-	w.waitPhase(t, corev1.PodRunning, names...)
-	want := map[string]string{}
-	var longUIDs []string
-	for _, name := range names {
+	w.waitPhase(t, corev1.PodRunning, u.names...)
+	u.want = map[string]string{}
+	for _, name := range u.names {
 		uid, devs := w.longClaim(t, name)
-		if !slices.Contains(longUIDs, uid) {
-			longUIDs = append(longUIDs, uid)
+		if !slices.Contains(u.longUIDs, uid) {
+			u.longUIDs = append(u.longUIDs, uid)
 		}
-		want[name] = w.uverbsOf(devs...)
-		if got := w.waitTicks(t, name, 0)[0].devs; got != want[name] {
-			t.Fatalf("%s sees %q, want %q", name, got, want[name])
+		u.want[name] = w.uverbsOf(devs...)
+		if got := w.waitTicks(t, name, 0)[0].devs; got != u.want[name] {
+			t.Fatalf("%s sees %q, want %q", name, got, u.want[name])
 		}
 	}
-	if want["shared-a"] != want["shared-b"] {
-		t.Fatalf("the two pods of one claim see %q and %q", want["shared-a"], want["shared-b"])
+	if u.want["shared-a"] != u.want["shared-b"] {
+		t.Fatalf("the two pods of one claim see %q and %q", u.want["shared-a"], u.want["shared-b"])
 	}
-	ids := w.containerIDs(t, names)
-	after := w.lastTicks(t, names)
-	w.checkPrepared(t, longUIDs)
+	u.ids = w.containerIDs(t, u.names)
+	u.after = w.lastTicks(t, u.names)
+	w.checkPrepared(t, u.longUIDs)
+}
 
+// upgradeAndRollBack upgrades to this tree and rolls back under a stream of pods.
+func (u *upgradeRun) upgradeAndRollBack(t *testing.T) {
+	w := u.w
 	// Upgrade and roll back under a stream of pods (own claims and rdma/hca).
-	stream := w.startStream("s", 2, 3*time.Minute, streamClaim, streamLegacy)
-	stream.setPhase(rel.version)
+	u.stream = w.startStream("s", 2, 3*time.Minute, streamClaim, streamLegacy)
+	u.stream.setPhase(u.rel.version)
 	time.Sleep(5 * time.Second)
 	old := w.driverPod(t)
-	stream.setPhase("upgrading")
-	start = time.Now()
-	if err := h.Upgrade(w.ctx, "rdma", ns, cluster.ChartDir(), values("dev")); err != nil {
+	u.stream.setPhase("upgrading")
+	start := time.Now()
+	if err := u.h.Upgrade(w.ctx, "rdma", upgradeNS, cluster.ChartDir(), u.values("dev")); err != nil {
 		t.Fatal(err)
 	}
 	cur := w.rollTo(t, node.DriverImage, old)
-	t.Logf("helm upgrade %s -> this tree: new daemon %s Ready and %s gone in %s", rel.version, cur.Name, old.Name, time.Since(start).Round(100*time.Millisecond))
-	listed("2", chartOf(cluster.ChartDir()))
-	stream.setPhase("upgraded")
+	t.Logf("helm upgrade %s -> this tree: new daemon %s Ready and %s gone in %s", u.rel.version, cur.Name, old.Name, time.Since(start).Round(100*time.Millisecond))
+	u.listed(t, "2", u.chartOf(t, cluster.ChartDir()))
+	u.stream.setPhase("upgraded")
 	time.Sleep(10 * time.Second)
 
-	stream.setPhase("rolling back")
+	u.stream.setPhase("rolling back")
 	start = time.Now()
-	if err := h.Rollback(w.ctx, "rdma", ns, 1); err != nil {
+	if err := u.h.Rollback(w.ctx, "rdma", upgradeNS, 1); err != nil {
 		t.Fatal(err)
 	}
-	back := w.rollTo(t, oldImage, cur)
-	t.Logf("helm rollback to 1: daemon %s (%s) Ready and %s gone in %s", back.Name, rel.version, cur.Name, time.Since(start).Round(100*time.Millisecond))
-	listed("3", chartOf(rel.chart))
-	stream.setPhase("rolled back")
+	back := w.rollTo(t, u.oldImage, cur)
+	t.Logf("helm rollback to 1: daemon %s (%s) Ready and %s gone in %s", back.Name, u.rel.version, cur.Name, time.Since(start).Round(100*time.Millisecond))
+	u.listed(t, "3", u.chartOf(t, u.rel.chart))
+	u.stream.setPhase("rolled back")
 	time.Sleep(10 * time.Second)
-	stream.stopStream()
-	served := daemons.finish()
+	u.stream.stopStream()
+	u.served = u.daemons.finish()
 
-	t.Logf("stream: %s", stream.figures())
-	for _, f := range stream.failures {
+	t.Logf("stream: %s", u.stream.figures())
+	for _, f := range u.stream.failures {
 		t.Errorf("stream pod: %s", f)
 	}
-	for _, p := range []string{rel.version, "upgraded", "rolled back"} {
-		if stream.byPhase[p] == 0 {
-			t.Errorf("no stream pod created while %s ran: %s", p, stream.figures())
+	for _, p := range []string{u.rel.version, "upgraded", "rolled back"} {
+		if u.stream.byPhase[p] == 0 {
+			t.Errorf("no stream pod created while %s ran: %s", p, u.stream.figures())
 		}
 	}
-	w.keepSeeing(t, names, ids, after, want)
-	w.checkPrepared(t, longUIDs)
+	w.keepSeeing(t, u.names, u.ids, u.after, u.want)
+	w.checkPrepared(t, u.longUIDs)
+}
 
+// noDoublePrepare adds up the daemons' prepares.
+func (u *upgradeRun) noDoublePrepare(t *testing.T) {
+	w := u.w
 	// No claim prepared twice: every daemon's successful prepares add up to
 	// one per claim (the long pods' and each stream pod's own). The two
 	// daemons of a rolling update never both serve: each one's calls end
@@ -487,37 +536,41 @@ func TestRealNodeUpgradeRollback(t *testing.T) {
 	// devices, no new state. The checkpoint shows each as a new prepare
 	// time (older releases do not count them in a metric), so repeats are
 	// counted apart; a double is a prepare beyond those.
-	var prepared, failed float64
-	for i, s := range served {
+	var failed float64
+	for i, s := range u.served {
 		t.Logf("daemon %s (%s): %v prepares (%v repeats by its count), %v failed, %v unprepares, served %s..%s", s.name, s.image, s.prepared, s.repeated, s.failed, s.unprepared,
 			s.firstServe.Format("15:04:05.000"), s.lastAt.Format("15:04:05.000"))
-		prepared += s.prepared
+		u.prepared += s.prepared
 		failed += s.failed
-		if i > 0 && !s.firstServe.IsZero() && served[i-1].lastAt.After(s.firstServe) {
-			t.Errorf("daemons %s and %s both served: %s's last call at %s, after %s's first at %s", served[i-1].name, s.name,
-				served[i-1].name, served[i-1].lastAt.Format("15:04:05.000"), s.name, s.firstServe.Format("15:04:05.000"))
+		if i > 0 && !s.firstServe.IsZero() && u.served[i-1].lastAt.After(s.firstServe) {
+			t.Errorf("daemons %s and %s both served: %s's last call at %s, after %s's first at %s", u.served[i-1].name, s.name,
+				u.served[i-1].name, u.served[i-1].lastAt.Format("15:04:05.000"), s.name, s.firstServe.Format("15:04:05.000"))
 		}
 	}
-	repeated := float64(daemons.repeats())
-	claims := float64(len(longUIDs) + stream.succeeded)
-	double := prepared - repeated - claims
-	if double != 0 || failed != 0 {
-		t.Errorf("prepares across %d daemons: %v for %v claims (double %v, repeats %v apart), %v failed", len(served), prepared, claims, double, repeated, failed)
+	u.repeated = float64(u.daemons.repeats())
+	claims := float64(len(u.longUIDs) + u.stream.succeeded)
+	u.double = u.prepared - u.repeated - claims
+	if u.double != 0 || failed != 0 {
+		t.Errorf("prepares across %d daemons: %v for %v claims (double %v, repeats %v apart), %v failed", len(u.served), u.prepared, claims, u.double, u.repeated, failed)
 	}
-	for _, c := range daemons.changed {
+	for _, c := range u.daemons.changed {
 		t.Errorf("a claim's devices changed across prepares: %s", c)
 	}
+}
 
+// uninstallWithPodsRunning uninstalls the release with the long pods running.
+func (u *upgradeRun) uninstallWithPodsRunning(t *testing.T) {
+	w := u.w
 	// helm uninstall with the pods running.
-	objs, err := h.Manifest(w.ctx, "rdma", ns)
+	objs, err := u.h.Manifest(w.ctx, "rdma", upgradeNS)
 	if err != nil {
 		t.Fatal(err)
 	}
-	start = time.Now()
-	if err := h.Uninstall(w.ctx, "rdma", ns); err != nil {
+	start := time.Now()
+	if err := u.h.Uninstall(w.ctx, "rdma", upgradeNS); err != nil {
 		t.Fatal(err)
 	}
-	waitRealNode(t, "the driver pod to be gone", 2*time.Minute, func() (bool, string) {
+	poll.For(t, "the driver pod to be gone", 2*time.Minute, func() (bool, string) {
 		pods := w.driverPods(t)
 		return len(pods) == 0, fmt.Sprintf("%d pods", len(pods))
 	})
@@ -525,7 +578,7 @@ func TestRealNodeUpgradeRollback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rels, err := h.List(w.ctx, ns)
+	rels, err := u.h.List(w.ctx, upgradeNS)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,41 +589,45 @@ func TestRealNodeUpgradeRollback(t *testing.T) {
 	// The kubelet wipes an unregistered driver's ResourceSlices (after a
 	// grace period for a restart): nothing is left for the scheduler to
 	// allocate that no daemon could prepare.
-	waitRealNode(t, "the node's ResourceSlices to go after the uninstall", 3*time.Minute, func() (bool, string) {
+	poll.For(t, "the node's ResourceSlices to go after the uninstall", 3*time.Minute, func() (bool, string) {
 		devs := sliceDevices(w.ctx, w.cp, w.n.Name)
 		return len(devs) == 0, fmt.Sprintf("%d devices published", len(devs))
 	})
 	t.Logf("the node's ResourceSlices gone %s after helm uninstall began", time.Since(start).Round(100*time.Millisecond))
-	w.keepSeeing(t, names, ids, w.lastTicks(t, names), want)
-	w.checkPrepared(t, longUIDs) // the running pods' claims stay prepared
+	w.keepSeeing(t, u.names, u.ids, w.lastTicks(t, u.names), u.want)
+	w.checkPrepared(t, u.longUIDs) // the running pods' claims stay prepared
 	// A pod ends while no driver runs: its claim waits, prepared.
-	exclUID, _ := w.longClaim(t, "excl")
+	u.exclUID, _ := w.longClaim(t, "excl")
 	if err := w.cp.Client.CoreV1().Pods("default").Delete(w.ctx, "excl", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Second)
-	if _, held := w.checkpoint(t).Claims[exclUID]; !held {
+	if _, held := w.checkpoint(t).Claims[u.exclUID]; !held {
 		t.Errorf("excl's claim left the checkpoint with no driver to unprepare it")
 	}
+}
 
+// reinstall installs this tree again, which picks the claims up.
+func (u *upgradeRun) reinstall(t *testing.T) {
+	w := u.w
 	// A later install (this tree) picks the claims up: the ended pod's
 	// claim is unprepared, the running ones keep theirs, new pods start.
 	w.release = "rdma"
-	if err := h.Install(w.ctx, "rdma", ns, cluster.ChartDir(), values("dev")); err != nil {
+	if err := u.h.Install(w.ctx, "rdma", upgradeNS, cluster.ChartDir(), u.values("dev")); err != nil {
 		t.Fatal(err)
 	}
-	waitRealNode(t, "the reinstalled driver to unprepare excl's claim", 3*time.Minute, func() (bool, string) {
-		_, held := w.checkpoint(t).Claims[exclUID]
+	poll.For(t, "the reinstalled driver to unprepare excl's claim", 3*time.Minute, func() (bool, string) {
+		_, held := w.checkpoint(t).Claims[u.exclUID]
 		return !held, fmt.Sprintf("checkpoint %d claims, CDI dir %v", len(w.checkpoint(t).Claims), w.specFiles())
 	})
-	rest := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == "excl" })
-	w.keepSeeing(t, rest, map[string]string{"legacy": ids["legacy"], "shared-a": ids["shared-a"], "shared-b": ids["shared-b"]}, w.lastTicks(t, rest), want)
-	w.checkPrepared(t, slices.DeleteFunc(slices.Clone(longUIDs), func(u string) bool { return u == exclUID }))
+	rest := slices.DeleteFunc(slices.Clone(u.names), func(n string) bool { return n == "excl" })
+	w.keepSeeing(t, rest, map[string]string{"legacy": u.ids["legacy"], "shared-a": u.ids["shared-a"], "shared-b": u.ids["shared-b"]}, w.lastTicks(t, rest), u.want)
+	w.checkPrepared(t, slices.DeleteFunc(slices.Clone(u.longUIDs), func(u string) bool { return u == u.exclUID }))
 	w.realClaimPod(t, "after-reinstall", true, "ls /dev/infiniband")
 	w.waitPhase(t, corev1.PodSucceeded, "after-reinstall")
 	w.reset(t)
 	t.Logf("upgrade/rollback figures: pods started %d (4 long, %d stream), claims prepared %v (repeats %v apart), leaks %d, double %v",
-		4+stream.created, stream.created, prepared, repeated, len(w.checkpoint(t).Claims)+len(w.specFiles()), double)
+		4+u.stream.created, u.stream.created, u.prepared, u.repeated, len(w.checkpoint(t).Claims)+len(w.specFiles()), u.double)
 }
 
 // longClaim is the UID and devices of the claim a long pod runs with: its

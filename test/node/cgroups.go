@@ -4,6 +4,7 @@ package node
 // removal at Stop.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 // cgroupMounts are the host's cgroup hierarchies (v1 controllers, the
@@ -135,16 +138,12 @@ func (n *Node) removeCgroups() error {
 			return nil
 		})
 		for i := len(all) - 1; i >= 0; i-- {
-			var err error
-			for try := 0; try < 50; try++ {
-				if err = syscall.Rmdir(all[i]); err == nil || errors.Is(err, syscall.ENOENT) {
-					err = nil
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			err := poll.Until(context.Background(), "rmdir "+all[i], 20*time.Millisecond, time.Second, func(context.Context) (bool, string, error) {
+				err := syscall.Rmdir(all[i])
+				return err == nil || errors.Is(err, syscall.ENOENT), fmt.Sprint(err), nil
+			})
 			if err != nil {
-				left = append(left, fmt.Sprintf("%s (%v)", all[i], err))
+				left = append(left, err.Error())
 			}
 		}
 	}

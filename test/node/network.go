@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -87,19 +89,20 @@ func (n *Node) startNamespaces(sharedNetwork bool) error {
 // apiService is the kubernetes Service's cluster IP and port: pods reach
 // the API server there (in-cluster config), as kube-proxy would route it.
 func (n *Node) apiService() (string, int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for {
+	var ip string
+	var port int
+	err := poll.Until(context.Background(), "the API server's default/kubernetes Service", 100*time.Millisecond, 30*time.Second, func(ctx context.Context) (bool, string, error) {
 		svc, err := n.cp.Client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
-		if err == nil && svc.Spec.ClusterIP != "" && len(svc.Spec.Ports) > 0 {
-			return svc.Spec.ClusterIP, int(svc.Spec.Ports[0].Port), nil
+		if err != nil {
+			return false, err.Error(), nil
 		}
-		select {
-		case <-ctx.Done():
-			return "", 0, fmt.Errorf("the API server's default/kubernetes Service: %v", err)
-		case <-time.After(100 * time.Millisecond):
+		if svc.Spec.ClusterIP == "" || len(svc.Spec.Ports) == 0 {
+			return false, fmt.Sprintf("cluster IP %q, ports %v", svc.Spec.ClusterIP, svc.Spec.Ports), nil
 		}
-	}
+		ip, port = svc.Spec.ClusterIP, int(svc.Spec.Ports[0].Port)
+		return true, "", nil
+	})
+	return ip, port, err
 }
 
 // startProxies connects the node's network namespace with the host's: the

@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
 )
 
@@ -237,9 +239,9 @@ func (n *Node) killAll() error {
 	if err != nil {
 		return fmt.Errorf("the node's mount namespace: %w", err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		pids := n.cgroupPids()
+	var pids map[int]bool
+	err = poll.Until(context.Background(), "the node's processes to be gone", 50*time.Millisecond, 30*time.Second, func(context.Context) (bool, string, error) {
+		pids = n.cgroupPids()
 		entries, _ := os.ReadDir("/proc")
 		for _, e := range entries {
 			pid, err := strconv.Atoi(e.Name())
@@ -250,17 +252,15 @@ func (n *Node) killAll() error {
 				pids[pid] = true
 			}
 		}
-		if len(pids) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("processes left after 30s of SIGKILL: %v", pids)
-		}
 		for pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		time.Sleep(50 * time.Millisecond)
+		return len(pids) == 0, "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("processes left after 30s of SIGKILL: %v", pids)
 	}
+	return nil
 }
 
 // cgroupPids are the processes in every cgroup under the node's root.

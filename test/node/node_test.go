@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -93,12 +95,10 @@ func TestNodeRunsPod(t *testing.T) {
 		return p.Status.ContainerStatuses[0].ContainerID, true
 	}
 	var id string
-	for deadline := time.Now().Add(time.Minute); id == "" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	poll.For(t, "pod sleeper to run", time.Minute, func() (bool, string) {
 		id, _ = running()
-	}
-	if id == "" {
-		t.Fatal("pod sleeper did not run in 1m")
-	}
+		return id != "", ""
+	})
 	t.Logf("pod sleeper: Running %s after its creation", time.Since(start).Round(10*time.Millisecond))
 	start = time.Now()
 	n.StopKubelet()
@@ -123,16 +123,16 @@ func TestNodeRunsPod(t *testing.T) {
 
 func waitPod(t *testing.T, cp *cluster.ControlPlane, ns, name string) v1.PodPhase {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
+	var phase v1.PodPhase
+	poll.For(t, "pod "+ns+"/"+name+" to finish", 2*time.Minute, func() (bool, string) {
 		p, err := cp.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-		if err == nil && (p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed) {
-			return p.Status.Phase
+		if err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("pod %s/%s did not finish in 2m", ns, name)
-	return ""
+		phase = p.Status.Phase
+		return phase == v1.PodSucceeded || phase == v1.PodFailed, string(phase)
+	})
+	return phase
 }
 
 func podLogs(t *testing.T, cp *cluster.ControlPlane, ns, name, container string) string {

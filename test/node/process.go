@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -169,28 +171,18 @@ func (n *Node) stopProc(name string, grace time.Duration) {
 // waitFor polls cond until it holds, p exits (an error with its last log
 // lines), ctx ends or d passes.
 func (n *Node) waitFor(ctx context.Context, what string, d time.Duration, p *process, cond func() (bool, error)) error {
-	deadline := time.Now().Add(d)
-	for {
+	err := poll.Until(ctx, what, 100*time.Millisecond, d, func(context.Context) (bool, string, error) {
 		if err := p.exited(); err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
+			return false, "", err
 		}
 		ok, err := cond()
-		if err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(p.log)
-			return fmt.Errorf("waiting for %s: not after %s; last lines of %s:\n%s", what, d, p.log, LastLines(string(b), 25))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
+		return ok, "", err
+	})
+	if err != nil && p.exited() == nil && ctx.Err() == nil {
+		b, _ := os.ReadFile(p.log)
+		return fmt.Errorf("%w; last lines of %s:\n%s", err, p.log, LastLines(string(b), 25))
 	}
+	return err
 }
 
 // Ctr runs ctr against the node's containerd in its k8s.io namespace.

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -148,7 +150,7 @@ func install(ctx context.Context, b *testing.B, cp *cluster.ControlPlane, n *nod
 	if err != nil {
 		b.Fatal(err)
 	}
-	poll(ctx, b, "the driver of "+release+" Ready with its slice", func() bool {
+	waitUntil(ctx, b, "the driver of "+release+" Ready with its slice", func() bool {
 		pods, err := cp.Client.CoreV1().Pods("rdma-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
 		if err != nil || len(pods.Items) == 0 || !podReady(&pods.Items[0]) {
 			return false
@@ -168,7 +170,7 @@ func install(ctx context.Context, b *testing.B, cp *cluster.ControlPlane, n *nod
 }
 
 func waitGone(ctx context.Context, b *testing.B, cp *cluster.ControlPlane) {
-	poll(ctx, b, "the driver pods to be gone", func() bool {
+	waitUntil(ctx, b, "the driver pods to be gone", func() bool {
 		pods, err := cp.Client.CoreV1().Pods("rdma-system").List(ctx, metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0
 	})
@@ -183,13 +185,12 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-func poll(ctx context.Context, b *testing.B, what string, cond func() bool) {
-	deadline := time.Now().Add(3 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			b.Fatalf("waiting for %s: not after 3 minutes", what)
-		}
-		time.Sleep(100 * time.Millisecond)
+func waitUntil(ctx context.Context, b *testing.B, what string, cond func() bool) {
+	err := poll.Until(ctx, what, 100*time.Millisecond, 3*time.Minute, func(context.Context) (bool, string, error) {
+		return cond(), "", nil
+	})
+	if err != nil {
+		b.Fatal(err)
 	}
 }
 
@@ -232,7 +233,7 @@ func timePods(ctx context.Context, b *testing.B, cp *cluster.ControlPlane, r rou
 		if err := c.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
 			b.Fatal(err)
 		}
-		poll(ctx, b, "pod "+name+" to be gone", func() bool {
+		waitUntil(ctx, b, "pod "+name+" to be gone", func() bool {
 			_, err := c.Get(ctx, name, metav1.GetOptions{})
 			return err != nil
 		})

@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -484,16 +486,16 @@ func renameGPU(ctx context.Context, tb testing.TB, c kubernetes.Interface, nodes
 	start := time.Now()
 	deleteDriver(ctx, tb, c, from)
 	publishDriver(ctx, tb, c, nodes, func(node string) resourceapi.ResourceSlice { return gpuSlice(node, to) })
-	for {
+	err := poll.Until(ctx, "the GPU slices renamed", 100*time.Millisecond, 10*time.Minute, func(ctx context.Context) (bool, string, error) {
 		old, err1 := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + from})
 		now, err2 := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + to})
 		if err1 != nil || err2 != nil {
-			tb.Fatalf("listing GPU slices: %v, %v", err1, err2)
+			return false, "", fmt.Errorf("listing GPU slices: %v, %v", err1, err2)
 		}
-		if len(old.Items) == 0 && len(now.Items) == nodes {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+		return len(old.Items) == 0 && len(now.Items) == nodes, fmt.Sprintf("%d slices of %s, %d of %s", len(old.Items), from, len(now.Items), to), nil
+	})
+	if err != nil {
+		tb.Fatal(err)
 	}
 	tb.Logf("GPUs of %d nodes republished as %s (were %s) in %v", nodes, to, from, time.Since(start).Round(time.Millisecond))
 }
@@ -612,8 +614,7 @@ func cleanup(ctx context.Context, tb testing.TB, c kubernetes.Interface) {
 	// Without the resourceclaim controller (left out: its node lifecycle
 	// companions would need a lease per node), the scheduler's
 	// delete-protection finalizer stays; the benchmark drops it.
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	err := poll.Until(ctx, "the shape's pods and claims to be gone", 200*time.Millisecond, 2*time.Minute, func(ctx context.Context) (bool, string, error) {
 		if claims, err := c.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{}); err == nil {
 			for i := range claims.Items {
 				cl := &claims.Items[i]
@@ -625,13 +626,13 @@ func cleanup(ctx context.Context, tb testing.TB, c kubernetes.Interface) {
 		}
 		pods, err1 := c.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 		claims, err2 := c.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{})
-		if err1 == nil && err2 == nil && len(pods.Items) == 0 && len(claims.Items) == 0 {
-			return
+		if err1 != nil || err2 != nil {
+			return false, fmt.Sprintf("%v, %v", err1, err2), nil
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("cleanup: pods and claims still there after 2 minutes (%v, %v)", err1, err2)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return len(pods.Items) == 0 && len(claims.Items) == 0, fmt.Sprintf("%d pods, %d claims", len(pods.Items), len(claims.Items)), nil
+	})
+	if err != nil {
+		tb.Fatalf("cleanup: %v", err)
 	}
 }
 

@@ -26,6 +26,8 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -286,27 +288,6 @@ func (m *multiNode) createClass() {
 	}
 }
 
-// rankScript is what both ranks run: the header says what the driver
-// put into the container (its env, device nodes, and the metadata file's
-// fields the slice no longer has), then each transfer runs as server
-// (rank 0) or client (rank 1, retrying while rank 0's server is not up
-// yet). The termination message carries a summary: the kubelet keeps
-// 4 KiB of it.
-var rankScript = rankHeader + rankRun
-
-var rankHeader = strings.NewReplacer("@MD@", metadataPath, "@DRIVER@", strings.ReplaceAll(driverName, ".", `\.`),
-	"@KEYS@", strings.Join(metadataKeys, "|")).Replace(`log=/dev/termination-log
-say() { echo "$*" >> $log; }
-now() { cut -d' ' -f1 /proc/uptime; }
-dev=$RDMA_DEVICES; gid=$NCCL_IB_GID_INDEX; rank=$JOB_COMPLETION_INDEX
-pkts() { cat /sys/class/infiniband/$dev/ports/1/hw_counters/sent_pkts /sys/class/infiniband/$dev/ports/1/hw_counters/rcvd_pkts | tr '\n' ' '; }
-say "rank=$rank dev=$dev gid=$gid ucxgid=$UCX_IB_GID_INDEX ucxdev=$UCX_NET_DEVICES uverbs=$(env | grep '^RDMA_DEVICE_' | cut -d= -f2) devices: $(ls /dev/infiniband | tr '\n' ' ')"
-# The metadata file's fields as key=value: its JSON without blanks, one "key":{"type":value} per match.
-md=@MD@
-[ -r $md ] || say "metadata: no $md"
-say "md: $(tr -d ' \n' < $md | grep -oE '"@DRIVER@/[A-Za-z0-9]+":\{"[a-z]+":[^}]*\}' | sed -E 's/^"@DRIVER@\/([A-Za-z0-9]+)":\{"[a-z]+":"?([^"}]*)"?\}$/\1=\2/' | grep -E '^(@KEYS@)=' | tr '\n' ' ')"
-`)
-
 // metadataPath is the metadata file of the Job's claim (pod claim "rdma",
 // request "hca") in the container, metadataKeys the fields the ranks
 // report from it.
@@ -316,50 +297,8 @@ var (
 		"netdev", "uverbs", "port1State", "port1RoceGidIndex"}
 )
 
-// rankRun is the ranks' run: rank 0 serves, rank 1 connects.
-var rankRun = watchdogSh + `port=/sys/class/infiniband/$dev/ports/1
-# run NAME CMD...: CMD under a 300 s deadline (watchdogSh; the port-down
-# transfer takes about 185 s), output in /tmp/NAME.out; rank 0 serves,
-# rank 1 connects, retrying a refused connection.
-run() {
-  name=$1; shift; out=/tmp/$name.out; p0=$(pkts)
-  for i in $(seq 180); do
-    t0=$(now); deadline 300 "$@"; rc=$?; t1=$(now)
-    [ $rc = 0 ] || [ $rank = 0 ] || ! grep -qiE 'refused|couldn.t connect|REJECTED|UNREACHABLE|unable to init' /tmp/$name.out || { sleep 1; continue; }
-    break
-  done
-  say "$name exit=$rc secs=$(echo $t0 $t1 | awk '{printf "%.2f", $2-$1}') pkts=$p0-> $(pkts)"
-  grep -E "$RESULT" /tmp/$name.out | tail -n 1 | sed "s/^/$name| /" >> $log
-  # A failure's cause, short (the message's 4 KiB are shared by all tools).
-  [ $rc = 0 ] || { grep -iE 'hung|error|fail|assert|fatal|unable|cannot|invalid|refused|timeout' /tmp/$name.out | grep -vE '\.so|\+0x' | head -n 3; tail -n 1 /tmp/$name.out; } | uniq | cut -c1-160 | sed "s/^/$name! /" >> $log
-  [ $rc != 0 ] || grep -qE "$RESULT" /tmp/$name.out || tail -n 3 /tmp/$name.out | cut -c1-160 | sed "s/^/$name? /" >> $log
-}
-`
-
-// Each tool as the ranks run it; PEER is rank 0's address. perftest's
-// ACK timeout is 1 s (-u 18), not its 67 ms default: under TCG a
-// descheduled guest ACKs late, and the 6.1 kernel's rxe requester can
-// stall for good after such a spurious retransmit (TestLinkBetweenGuests).
-var transferSteps = []struct {
-	tool           string
-	server, client string
-	result         string // the line of the client's output with the numbers
-}{
-	{"ib_write_bw", fmt.Sprintf(`ib_write_bw -F -u 18 -d $dev -x $gid -p 18515 -s %d -n %d`, bwSize, bwIters),
-		fmt.Sprintf(`ib_write_bw -F -u 18 -d $dev -x $gid -p 18515 -s %d -n %d $PEER`, bwSize, bwIters), `^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+`},
-	{"ib_read_lat", fmt.Sprintf(`ib_read_lat -F -u 18 -d $dev -x $gid -p 18516 -s %d -n %d`, latSize, latIters),
-		fmt.Sprintf(`ib_read_lat -F -u 18 -d $dev -x $gid -p 18516 -s %d -n %d $PEER`, latSize, latIters), `^ *[0-9]+ +[0-9]+ `},
-	{"rping", fmt.Sprintf(`rping -s -a $PEER -p 18517 -C %d -S %d`, rpingCnt, rpingSize),
-		fmt.Sprintf(`rping -c -a $PEER -p 18517 -C %d -S %d -V`, rpingCnt, rpingSize), `.^`},
-	// UCX 1.13's ud_verbs drops every UD packet rxe delivers when it
-	// checks their destination GID (its default): the wireup never
-	// completes ("UD endpoint ... unhandled timeout error", 3 runs of 3),
-	// while with the check off the same run moves its 200 messages. The
-	// check is UCX's own filter, not device selection: the device and
-	// GID still come only from the driver.
-	{"ucx_perftest", `env UCX_UD_ETH_DGID_CHECK=n ucx_perftest -p 18518`,
-		fmt.Sprintf(`env UCX_UD_ETH_DGID_CHECK=n ucx_perftest $PEER -p 18518 -t tag_bw -s %d -n %d`, ucxSize, ucxIters), `Final:`},
-}
+// transferTools are the tools of rank.sh's transfers, in its order.
+var transferTools = []string{"ib_write_bw", "ib_read_lat", "rping", "ucx_perftest"}
 
 // transferBytes is what each tool's client moved, by the numbers of its
 // result line: perftest's "#bytes #iterations", ucx_perftest's iterations,
@@ -394,15 +333,15 @@ func transferBytes(tool, result string) (int64, error) {
 // reaches the ranks as PEER from a ConfigMap the test writes once the
 // scheduler has placed the pods (the kubelet holds the containers until
 // it exists). It returns the pods by completion index.
-func (m *multiNode) job(name, script string) map[string]*corev1.Pod {
+func (m *multiNode) job(name, rankJob string) map[string]*corev1.Pod {
 	t := m.t
 	two, zero := int32(2), int32(0)
-	deadline := int64(multiNodeTimeout.Seconds() / 3)
+	activeDeadline := int64(multiNodeTimeout.Seconds() / 3)
 	mode := batchv1.IndexedCompletion
 	labels := map[string]string{"rdma-vm-job": name}
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: batchv1.JobSpec{CompletionMode: &mode, Completions: &two, Parallelism: &two, BackoffLimit: &zero,
-			ActiveDeadlineSeconds: &deadline,
+			ActiveDeadlineSeconds: &activeDeadline,
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					HostNetwork:   true,
@@ -411,16 +350,20 @@ func (m *multiNode) job(name, script string) map[string]*corev1.Pod {
 						RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 							LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: "kubernetes.io/hostname"}}}},
 					Containers: []corev1.Container{{Name: "rank", Image: ToolsImageName, ImagePullPolicy: corev1.PullNever,
-						Command: []string{"sh", "-c", script},
-						Env: []corev1.EnvVar{{Name: "PEER", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
-							LocalObjectReference: corev1.LocalObjectReference{Name: name + "-rank0"}, Key: "address"}}}},
+						Command: []string{"sh", guestScripts + "/rank.sh", rankJob},
+						Env: append(rankEnv(), corev1.EnvVar{Name: "PEER", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+							LocalObjectReference: corev1.LocalObjectReference{Name: name + "-rank0"}, Key: "address"}}}),
 						SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"IPC_LOCK"}}},
 						Resources:       corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "rdma"}}},
-						VolumeMounts:    []corev1.VolumeMount{{Name: "shm", MountPath: "/dev/shm"}}}},
+						VolumeMounts: []corev1.VolumeMount{{Name: "shm", MountPath: "/dev/shm"},
+							{Name: "scripts", MountPath: guestScripts, ReadOnly: true}}}},
 					ResourceClaims: []corev1.PodResourceClaim{{Name: "rdma", ResourceClaimTemplateName: ptrTo(linkTemplate)}},
 					Volumes: []corev1.Volume{{Name: "shm", VolumeSource: corev1.VolumeSource{
-						EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}}},
+						EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
+						{Name: "scripts", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+							LocalObjectReference: corev1.LocalObjectReference{Name: rankScripts}}}}},
 				}}}}
+	m.createRankScripts()
 	if _, err := m.cp.Client.BatchV1().Jobs("default").Create(m.ctx, job, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -464,14 +407,8 @@ func (m *multiNode) job(name, script string) map[string]*corev1.Pod {
 // cross-node: line per transfer.
 func (m *multiNode) transfers() {
 	t := m.t
-	var script strings.Builder
-	script.WriteString(rankScript)
-	for _, s := range transferSteps {
-		fmt.Fprintf(&script, "RESULT=%s\nif [ $rank = 0 ]; then run %s %s; else run %s %s; fi\n",
-			shellQuote(s.result), s.tool, s.server, s.tool, s.client)
-	}
 	started := time.Now()
-	pods := m.job("cross", script.String())
+	pods := m.job("cross", "transfers")
 	msgs := m.terminationMessages(pods["0"].Name, pods["1"].Name)
 	t.Logf("the job's ranks ended %s after its creation", time.Since(started).Round(100*time.Millisecond))
 	ibdev := map[string]string{} // by node, as its rank's metadata file named it
@@ -482,37 +419,37 @@ func (m *multiNode) transfers() {
 	}
 	client := msgs[pods["1"].Name]
 	var lines []string
-	for _, s := range transferSteps {
-		status := regexp.MustCompile(`(?m)^` + s.tool + ` exit=(\d+) secs=([\d.]+) pkts=(.*)$`).FindStringSubmatch(client)
+	for _, tool := range transferTools {
+		status := regexp.MustCompile(`(?m)^` + tool + ` exit=(\d+) secs=([\d.]+) pkts=(.*)$`).FindStringSubmatch(client)
 		if status == nil || status[1] != "0" {
-			t.Errorf("%s: the client failed or said nothing: %v", s.tool, status)
+			t.Errorf("%s: the client failed or said nothing: %v", tool, status)
 			continue
 		}
-		if srv := regexp.MustCompile(`(?m)^` + s.tool + ` exit=0 `).FindString(msgs[pods["0"].Name]); srv == "" {
-			t.Errorf("%s: the server (rank 0) did not exit 0", s.tool)
+		if srv := regexp.MustCompile(`(?m)^` + tool + ` exit=0 `).FindString(msgs[pods["0"].Name]); srv == "" {
+			t.Errorf("%s: the server (rank 0) did not exit 0", tool)
 		}
 		result := ""
-		if s.tool != "rping" {
-			r := regexp.MustCompile(`(?m)^` + s.tool + `\| (.*)$`).FindStringSubmatch(client)
+		if tool != "rping" {
+			r := regexp.MustCompile(`(?m)^` + tool + `\| (.*)$`).FindStringSubmatch(client)
 			if r == nil {
-				t.Errorf("%s: no result line in the client's output", s.tool)
+				t.Errorf("%s: no result line in the client's output", tool)
 				continue
 			}
 			result = r[1]
 		}
-		n, err := transferBytes(s.tool, result)
+		n, err := transferBytes(tool, result)
 		if err != nil || n <= 0 {
-			t.Errorf("%s: bytes moved %d (%v) from %q", s.tool, n, err, result)
+			t.Errorf("%s: bytes moved %d (%v) from %q", tool, n, err, result)
 			continue
 		}
 		// The link's rxe itself carried the transfer: its packet counters
 		// ("sent rcvd -> sent rcvd") moved.
 		if c := regexp.MustCompile(`^(\d+) (\d+) -> (\d+) (\d+)`).FindStringSubmatch(status[3]); c == nil {
-			t.Errorf("%s: no packet counters of %s: %q", s.tool, linkRxe, status[3])
+			t.Errorf("%s: no packet counters of %s: %q", tool, linkRxe, status[3])
 		} else if c[1] == c[3] {
-			t.Errorf("%s: %s's sent_pkts did not move (%s -> %s)", s.tool, linkRxe, c[1], c[3])
+			t.Errorf("%s: %s's sent_pkts did not move (%s -> %s)", tool, linkRxe, c[1], c[3])
 		}
-		lines = append(lines, fmt.Sprintf("cross-node: %s %d bytes %s/%s <-> %s/%s in %ss", s.tool, n, nodeA, ibdev[nodeA], nodeB, ibdev[nodeB], status[2]))
+		lines = append(lines, fmt.Sprintf("cross-node: %s %d bytes %s/%s <-> %s/%s in %ss", tool, n, nodeA, ibdev[nodeA], nodeB, ibdev[nodeB], status[2]))
 	}
 	for _, l := range lines {
 		fmt.Println(l)
@@ -586,14 +523,7 @@ func (m *multiNode) deleteJob(name string) {
 func (m *multiNode) portDown() {
 	t := m.t
 	netdev := m.facts[nodeB]["netdev"]
-	script := rankScript + `RESULT='^ *[0-9]+ +[0-9]+ '
-if [ $rank = 0 ]; then run ib_write_bw ib_write_bw -F -d $dev -x $gid -p 18519 -s 65536 -D 180
-else run ib_write_bw ib_write_bw -F -d $dev -x $gid -p 18519 -s 65536 -D 180 $PEER; fi
-state=/sys/class/infiniband/$dev/ports/1/state
-for i in $(seq 600); do grep -q ACTIVE $state && break; sleep 0.5; done
-say "port after: $(cat $state)"
-`
-	pods := m.job("long", script)
+	pods := m.job("long", "portdown")
 	rankB := pods["0"]
 	if rankB.Spec.NodeName != nodeB {
 		rankB = pods["1"]
@@ -623,11 +553,7 @@ say "port after: $(cat $state)"
 	driverBefore := m.driverContainer(nodeB)
 	// Down once B's rxe has counted a few thousand of the transfer's
 	// packets (a minute at most: the check below says if it never did).
-	down := m.nodePod("link-down", nodeB, fmt.Sprintf(`c=/sys/class/infiniband/%s/ports/1/hw_counters
-pkts() { echo $(( $(cat $c/sent_pkts) + $(cat $c/rcvd_pkts) )); }
-base=$(pkts); for i in $(seq 240); do [ $(pkts) -gt $((base+2000)) ] && break; sleep 0.25; done
-echo "packets $base -> $(pkts)" > /dev/termination-log; ip link set %s down; echo "ip link set %s down: exit $?" >> /dev/termination-log`,
-		linkRxe, netdev, netdev), true)
+	down := m.nodePod("link-down", nodeB, true, "link-down.sh", linkRxe, netdev)
 	msg := m.terminationMessages(down)[down]
 	downAt := time.Now()
 	t.Logf("%s said: %s", down, msg)
@@ -677,7 +603,7 @@ echo "packets $base -> $(pkts)" > /dev/termination-log; ip link set %s down; ech
 		t.Errorf("%s's driver restarted between the link going down and the checks (%s, then %s): the taint and health may be a new driver's discovery, not the fast path",
 			nodeB, driverBefore, after)
 	}
-	up := m.nodePod("link-up", nodeB, fmt.Sprintf(`ip link set %s up; echo "ip link set %s up: exit $?" > /dev/termination-log`, netdev, netdev), true)
+	up := m.nodePod("link-up", nodeB, true, "link-up.sh", netdev)
 	t.Logf("%s said: %s", up, m.terminationMessages(up)[up])
 	msgs := m.terminationMessages(rankA.Name, rankB.Name)
 	for _, p := range []*corev1.Pod{rankA, rankB} {
@@ -795,9 +721,9 @@ func (m *multiNode) podHealth(name string) (string, string) {
 	return "", "no claim:rdma entry"
 }
 
-// nodePod runs script in a busybox pod on the node (hostNetwork; with
-// NET_ADMIN when netAdmin) and returns its name.
-func (m *multiNode) nodePod(name, nodeName, script string, netAdmin bool) string {
+// nodePod runs testdata/script with args in a busybox pod on the node
+// (hostNetwork; with NET_ADMIN when netAdmin) and returns its name.
+func (m *multiNode) nodePod(name, nodeName string, netAdmin bool, script string, args ...string) string {
 	var caps *corev1.SecurityContext
 	if netAdmin {
 		caps = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}}}
@@ -806,7 +732,7 @@ func (m *multiNode) nodePod(name, nodeName, script string, netAdmin bool) string
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PodSpec{NodeName: nodeName, HostNetwork: true, RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{Name: "c", Image: node.BusyboxImage, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"sh", "-c", script}, SecurityContext: caps,
+				Command: append([]string{"sh", "-c", scriptText(script), script}, args...), SecurityContext: caps,
 				VolumeMounts: []corev1.VolumeMount{{Name: "cdi", MountPath: "/node/cdi", ReadOnly: true},
 					{Name: "plugin", MountPath: "/node/plugin", ReadOnly: true}}}},
 			Volumes: []corev1.Volume{
@@ -826,8 +752,7 @@ func (m *multiNode) nothingLeft() {
 	t := m.t
 	for _, n := range linkNodes {
 		// The kubelet unprepares when the pods go; wait for the CDI dir to empty.
-		p := m.nodePod("left-"+n.name, n.name, `for i in $(seq 240); do [ -z "$(ls /node/cdi)" ] && break; sleep 0.5; done
-{ echo "cdi: $(ls /node/cdi | tr '\n' ' ')"; cat /node/plugin/checkpoint.json; } > /dev/termination-log`, false)
+		p := m.nodePod("left-"+n.name, n.name, false, "left.sh")
 		out := m.terminationMessages(p)[p]
 		cdi, ckpt, _ := strings.Cut(out, "\n")
 		if strings.TrimSpace(cdi) != "cdi:" {
@@ -851,3 +776,27 @@ func ptrTo[T any](v T) *T { return &v }
 
 // mustAtoi is s as an int, 0 when it is none (callers matched \d+).
 func mustAtoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
+// rankScripts is the ConfigMap the ranks mount at guestScripts.
+const rankScripts = "rank-scripts"
+
+// createRankScripts creates rankScripts, once.
+func (m *multiNode) createRankScripts() {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: rankScripts},
+		Data: map[string]string{"rank.sh": scriptText("rank.sh"), "watchdog.sh": scriptText("watchdog.sh")}}
+	if _, err := m.cp.Client.CoreV1().ConfigMaps("default").Create(m.ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		m.t.Fatal(err)
+	}
+}
+
+// rankEnv is rank.sh's environment but PEER.
+func rankEnv() []corev1.EnvVar {
+	env := []corev1.EnvVar{{Name: "MD", Value: metadataPath}, {Name: "DRIVER", Value: driverName},
+		{Name: "KEYS", Value: strings.Join(metadataKeys, "|")}}
+	for k, v := range map[string]int{"BW_SIZE": bwSize, "BW_ITERS": bwIters, "LAT_SIZE": latSize, "LAT_ITERS": latIters,
+		"RPING_SIZE": rpingSize, "RPING_COUNT": rpingCnt, "UCX_SIZE": ucxSize, "UCX_ITERS": ucxIters} {
+		env = append(env, corev1.EnvVar{Name: k, Value: strconv.Itoa(v)})
+	}
+	slices.SortFunc(env, func(a, b corev1.EnvVar) int { return strings.Compare(a.Name, b.Name) })
+	return env
+}

@@ -22,6 +22,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 // QEMU is the emulator binary.
@@ -260,20 +262,24 @@ func cpuFor(accel string) string {
 	return "max"
 }
 
+// dialRetry dials the unix socket at path until QEMU has made it, QEMU
+// exits or ctx ends.
 func dialRetry(ctx context.Context, path string, exited <-chan error) (net.Conn, error) {
-	for {
-		c, err := net.Dial("unix", path)
-		if err == nil {
-			return c, nil
-		}
+	var c net.Conn
+	err := poll.Until(ctx, "QEMU's ttyS1 socket", 50*time.Millisecond, 2*time.Minute, func(context.Context) (bool, string, error) {
 		select {
 		case e := <-exited:
-			return nil, fmt.Errorf("QEMU exited (%v) before its ttyS1 socket was up", e)
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+			return false, "", fmt.Errorf("QEMU exited (%v) before its ttyS1 socket was up", e)
+		default:
 		}
-	}
+		var err error
+		c, err = net.Dial("unix", path)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return true, "", nil
+	})
+	return c, err
 }
 
 func scanLines(r io.Reader, f func(string)) {

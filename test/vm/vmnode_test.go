@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -398,23 +400,22 @@ type vmGuest struct {
 // d passing fails the test with cond's last word.
 func (v *vmCluster) wait(what string, d time.Duration, cond func() (bool, string)) {
 	v.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
+	err := poll.Until(v.ctx, what, 250*time.Millisecond, d, func(context.Context) (bool, string, error) {
 		ok, why := cond()
 		if ok {
-			return
+			return true, "", nil
 		}
 		for _, g := range v.guests {
 			select {
 			case <-g.booted:
-				v.t.Fatalf("waiting for %s: %s's VM ended (%v; %s)", what, g.node, g.bootErr, why)
+				return false, why, fmt.Errorf("%s's VM ended (%v; %s)", g.node, g.bootErr, why)
 			default:
 			}
 		}
-		if time.Now().After(deadline) {
-			v.t.Fatalf("waiting for %s: not after %s: %s", what, d, why)
-		}
-		time.Sleep(250 * time.Millisecond)
+		return false, why, nil
+	})
+	if err != nil {
+		v.t.Fatal(err)
 	}
 }
 

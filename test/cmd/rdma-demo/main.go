@@ -26,6 +26,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -195,22 +197,16 @@ func showScheduledJob(ctx context.Context, cp *cluster.ControlPlane, allocs *all
 	return nil
 }
 
+// waitFor polls cond for up to 2 minutes; its errors are not final, the
+// last is reported with a timeout.
 func waitFor(ctx context.Context, what string, cond func() (bool, error)) error {
-	deadline := time.Now().Add(2 * time.Minute)
-	var last error
-	for time.Now().Before(deadline) {
-		if ok, err := cond(); ok {
-			return nil
-		} else if err != nil {
-			last = err
+	return poll.Until(ctx, what, 200*time.Millisecond, 2*time.Minute, func(context.Context) (bool, string, error) {
+		ok, err := cond()
+		if err != nil {
+			return false, "error " + err.Error(), nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("timed out waiting for %s (last error: %v)", what, last)
+		return ok, "", nil
+	})
 }
 
 // attr formats a device's attribute by name; a missing one is "-".

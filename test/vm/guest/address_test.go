@@ -6,11 +6,14 @@ package guest
 // port polling sees no state change, so nothing else could bring it.
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 )
@@ -44,13 +47,10 @@ func TestAddressEventsUpdateGIDs(t *testing.T) {
 	for _, step := range steps {
 		start := time.Now()
 		command(t, "ip", "addr", step.cmd, addr.String(), "dev", "eth1")
-		deadline := start.Add(30 * time.Second)
-		for hasGID() != step.want {
-			if time.Now().After(deadline) {
-				t.Fatalf("ip addr %s %s: rxe1's GID %s present=%v in the inventory 30 s later (rescan is an hour away: the address event did not rescan)",
-					step.cmd, addr, gid, !step.want)
-			}
-			time.Sleep(20 * time.Millisecond)
+		err := poll.Until(t.Context(), fmt.Sprintf("rxe1's GID %s present=%v in the inventory", gid, step.want), 20*time.Millisecond, 30*time.Second,
+			func(context.Context) (bool, string, error) { return hasGID() == step.want, "", nil })
+		if err != nil {
+			t.Fatalf("ip addr %s %s: %v (rescan is an hour away: the address event did not rescan)", step.cmd, addr, err)
 		}
 		t.Logf("ip addr %s %s: GID %s present=%v in the driver's inventory after %v", step.cmd, addr, gid, step.want,
 			time.Since(start).Round(time.Millisecond))

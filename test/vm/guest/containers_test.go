@@ -11,16 +11,20 @@ package guest
 // its own device.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 )
@@ -56,13 +60,11 @@ func pingpong(t *testing.T, srv, cli *ctrSetup, serverIP string) {
 		defer wg.Done()
 		sres, serr = runContainerErr(srv.id, withCDI(t, containerSpec(srv.id, args(srv)...), srv.cdiDir, srv.ids...), 60*time.Second)
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for !listening(pingpongPort) {
-		if time.Now().After(deadline) {
-			wg.Wait()
-			t.Fatalf("the server never listened on %d: %v\n%s", pingpongPort, serr, sres.out)
-		}
-		time.Sleep(20 * time.Millisecond)
+	err := poll.Until(t.Context(), fmt.Sprintf("the server to listen on %d", pingpongPort), 20*time.Millisecond, 20*time.Second,
+		func(context.Context) (bool, string, error) { return listening(pingpongPort), "", nil })
+	if err != nil {
+		wg.Wait()
+		t.Fatalf("%v: %v\n%s", err, serr, sres.out)
 	}
 	cres := runContainer(t, cli.id, withCDI(t, containerSpec(cli.id, append(args(cli), serverIP)...), cli.cdiDir, cli.ids...), 60*time.Second)
 	wg.Wait()
@@ -96,13 +98,11 @@ func rping(t *testing.T, srv, cli *ctrSetup, serverIP string) {
 		sres, serr = runContainerErr(srv.id, withCDI(t, containerSpec(srv.id, "rping", "-s", "-a", serverIP, "-C", "10", "-V"), srv.cdiDir, srv.ids...), 60*time.Second)
 	}()
 	// rdma_cm listens outside /proc/net/tcp; the kernel lists its cm_ids.
-	deadline := time.Now().Add(20 * time.Second)
-	for !cmListening(t, serverIP) {
-		if time.Now().After(deadline) {
-			wg.Wait()
-			t.Fatalf("rping server never listened: %v\n%s", serr, sres.out)
-		}
-		time.Sleep(50 * time.Millisecond)
+	err := poll.Until(t.Context(), "the rping server to listen", 50*time.Millisecond, 20*time.Second,
+		func(context.Context) (bool, string, error) { return cmListening(t, serverIP), "", nil })
+	if err != nil {
+		wg.Wait()
+		t.Fatalf("%v: %v\n%s", err, serr, sres.out)
 	}
 	cres := runContainer(t, cli.id, withCDI(t, containerSpec(cli.id, "rping", "-c", "-a", serverIP, "-C", "10", "-V", "-v"), cli.cdiDir, cli.ids...), 60*time.Second)
 	wg.Wait()
@@ -247,11 +247,8 @@ func TestExclusiveClaimsEachTransferOnOwnDevice(t *testing.T) {
 		}
 		gid := gidIndex(t, n, c.dev)
 		// The client starts once the server listens (the guest's /proc/net/tcp).
-		script := fmt.Sprintf("ibv_rc_pingpong -d %[1]s -g %[2]d -p %[3]d -n 500 -s 4096 & "+
-			"for i in $(seq 200); do grep -q ':%04[3]X 00000000:0000 0A' /proc/net/tcp && break; sleep 0.1; done; "+
-			"ibv_rc_pingpong -d %[1]s -g %[2]d -p %[3]d -n 500 -s 4096 %[4]s; c=$?; wait $!; s=$?; echo client=$c server=$s; [ $c = 0 ] && [ $s = 0 ]",
-			c.dev, gid, pingpongPort+1+i, c.ip)
-		r := runContainer(t, "xfer-"+c.dev, withCDI(t, containerSpec("xfer-"+c.dev, "sh", "-c", script), n.cdiDir, ids...), 60*time.Second)
+		script := shScript("pingpong-pair.sh", c.dev, strconv.Itoa(gid), strconv.Itoa(pingpongPort+1+i), c.ip)
+		r := runContainer(t, "xfer-"+c.dev, withCDI(t, containerSpec("xfer-"+c.dev, script...), n.cdiDir, ids...), 60*time.Second)
 		m := throughput.FindAllStringSubmatch(r.out, -1)
 		if r.exit != 0 || len(m) != 2 {
 			t.Errorf("transfer on %s in its container: exit %d\n%s", c.dev, r.exit, r.out)

@@ -140,127 +140,137 @@ func TestDiscoveryMatchesKernelTools(t *testing.T) {
 
 	for i, h := range inv.HCAs {
 		d, v := devs[i], ibv[h.Name]
-		t.Run(h.Name, func(t *testing.T) {
-			if v == nil {
-				t.Fatalf("ibv_devinfo -v has no %s", h.Name)
-			}
-			if !h.Usable {
-				t.Errorf("unusable: %s", h.UnusableReason)
-			}
-			for _, w := range h.Warnings {
-				t.Errorf("warning on a real kernel's device: %s", w)
-			}
-			eq(t, "node type (rdma dev)", strings.ToLower(h.NodeType), d.NodeType)
-			eq(t, "node GUID (rdma dev)", h.NodeGUID, d.NodeGUID)
-			eq(t, "node GUID (ibv_devinfo)", h.NodeGUID, v.attrs["node_guid"])
-			eq(t, "sys image GUID (rdma dev)", h.SysImageGUID, d.SysImageGUID)
-			eq(t, "sys image GUID (ibv_devinfo)", h.SysImageGUID, v.attrs["sys_image_guid"])
-			eq(t, "firmware (rdma dev, absent when the kernel has none)", h.FirmwareVer, d.FW)
-			// libibverbs prints a device without a firmware version as 0.0.0.
-			ibvFW := v.attrs["fw_ver"]
-			if ibvFW == "0.0.0" {
-				ibvFW = ""
-			}
-			eq(t, "firmware (ibv_devinfo, 0.0.0 meaning none)", h.FirmwareVer, ibvFW)
-			transport := map[string]string{"CA": "InfiniBand (0)", "RNIC": "iWARP (1)"}[h.NodeType]
-			eq(t, "transport (ibv_devinfo)", transport, v.attrs["transport"])
-			if !h.Software {
-				t.Errorf("not recognised as a software device")
-			}
-			eq(t, "port count (ibv_devinfo)", strconv.Itoa(len(h.Ports)), v.attrs["phys_port_cnt"])
-
-			var netdevs []string
-			for _, p := range h.Ports {
-				var l *rdmaLink
-				for i := range links {
-					if links[i].Dev == h.Name && links[i].Port == p.Number {
-						l = &links[i]
-					}
-				}
-				vp := v.ports[p.Number]
-				if l == nil || vp == nil {
-					t.Errorf("port %d: rdma link %v, ibv_devinfo %v", p.Number, l, vp)
-					continue
-				}
-				pre := fmt.Sprintf("port %d ", p.Number)
-				eq(t, pre+"state (rdma link)", p.State, l.State)
-				// ibv_devinfo: each attribute it reports (siw has no phys_state).
-				ibvEq := func(what, key, want string, conv func(string) string) {
-					t.Helper()
-					v, ok := vp[key]
-					if !ok || v == "" {
-						t.Logf("%s%s: not reported by ibv_devinfo", pre, what)
-						return
-					}
-					eq(t, pre+what+" (ibv_devinfo)", want, conv(v))
-				}
-				word := func(v string) string { return strings.Fields(v)[0] }
-				ibvEq("state", "state", "PORT_"+p.State, word)
-				eq(t, pre+"phys state (rdma link)", normPhys(p.PhysState), normPhys(l.PhysState))
-				ibvEq("phys state", "phys_state", normPhys(p.PhysState), func(v string) string { return normPhys(word(v)) })
-				ibvEq("link layer", "link_layer", string(p.LinkLayer), func(v string) string { return v })
-				ibvEq("width", "active_width", p.Width, word)
-				ibvEq("speed", "active_speed", p.Speed, func(v string) string { return ibvSpeeds[code(v)] })
-				if sp, w := vp["active_speed"], vp["active_width"]; sp != "" && w != "" {
-					lane, _ := strconv.ParseFloat(word(sp), 64)
-					lanes, _ := strconv.Atoi(strings.TrimSuffix(word(w), "X"))
-					if p.RateGbps != lane*float64(lanes) {
-						t.Errorf("%srate: discovery %v Gb/s, ibv_devinfo %s x %s", pre, p.RateGbps, w, sp)
-					}
-				}
-				ibvEq("LID", "port_lid", strconv.Itoa(p.LID), func(v string) string { return v })
-				ibvEq("SM LID", "sm_lid", strconv.Itoa(p.SMLID), func(v string) string { return v })
-				eq(t, pre+"netdev (rdma link, RDMA netlink)", p.Netdev, l.Netdev)
-				if l.Netdev != "" {
-					netdevs = append(netdevs, l.Netdev)
-				}
-				if h.NodeType == "RNIC" && len(v.gids[p.Number]) == 0 {
-					// ibv_devinfo prints no GIDs for iWARP; the kernel makes
-					// the GID from the netdev's MAC, which ip reports.
-					iwarpGIDs(t, pre, p.GIDs, l.Netdev)
-				} else {
-					compareGIDs(t, pre, p.GIDs, v.gids[p.Number], h.NodeType == "RNIC")
-				}
-			}
-			for _, n := range netdevs {
-				if !slices.Contains(h.Netdevs, n) {
-					t.Errorf("netdevs: discovery %v lacks %s (rdma link)", h.Netdevs, n)
-				}
-			}
-			if len(netdevs) > 0 {
-				eq(t, "parent netdev", h.ParentNetdev, netdevs[0])
-			}
-			if h.Name != "siw0" {
-				// rxe's own sysfs answer.
-				parent, err := os.ReadFile("/sys/class/infiniband/" + h.Name + "/parent")
-				if err != nil {
-					t.Errorf("rxe parent file: %v", err)
-				} else {
-					eq(t, "parent netdev (sysfs parent)", h.ParentNetdev, strings.TrimSpace(string(parent)))
-				}
-			}
-
-			// The verbs device node, as devtmpfs made it.
-			if h.Uverbs == nil {
-				t.Fatalf("no uverbs device")
-			}
-			var st syscall.Stat_t
-			if err := syscall.Stat("/dev/infiniband/"+h.Uverbs.Name, &st); err != nil {
-				t.Fatalf("uverbs node: %v", err)
-			}
-			maj, min := uint32(st.Rdev>>8&0xfff), uint32(st.Rdev&0xff|(st.Rdev>>12)&0xfff00)
-			if maj != h.Uverbs.Major || min != h.Uverbs.Minor || !h.Uverbs.Exists {
-				t.Errorf("uverbs %s: discovery %d:%d (exists %v), devtmpfs %d:%d", h.Uverbs.Name, h.Uverbs.Major, h.Uverbs.Minor, h.Uverbs.Exists, maj, min)
-			}
-			t.Logf("%s: %s %s, fw %q, guid %s, port 1 %s/%s %s %gGb/s (%s %s), netdev %v, %d GIDs, %s, MAD %d",
-				h.Name, h.NodeType, h.Model, h.FirmwareVer, h.NodeGUID, h.Ports[0].State, h.Ports[0].PhysState,
-				h.Ports[0].LinkLayer, h.Ports[0].RateGbps, h.Ports[0].Width, h.Ports[0].Speed, h.Netdevs,
-				len(h.Ports[0].GIDs), h.Uverbs.Name, len(h.MAD))
-		})
+		t.Run(h.Name, func(t *testing.T) { hcaMatchesKernelTools(t, h, d, v, links) })
 	}
 	if inv.RDMACM == nil || !inv.RDMACM.Exists {
 		t.Errorf("rdma_cm: %+v, want /dev/infiniband/rdma_cm", inv.RDMACM)
 	}
+}
+
+// hcaMatchesKernelTools holds h to rdma dev's d, ibv_devinfo's v, rdma
+// link's links, sysfs and devtmpfs.
+func hcaMatchesKernelTools(t *testing.T, h hca.HCA, d rdmaDev, v *ibvDevice, links []rdmaLink) {
+	if v == nil {
+		t.Fatalf("ibv_devinfo -v has no %s", h.Name)
+	}
+	if !h.Usable {
+		t.Errorf("unusable: %s", h.UnusableReason)
+	}
+	for _, w := range h.Warnings {
+		t.Errorf("warning on a real kernel's device: %s", w)
+	}
+	eq(t, "node type (rdma dev)", strings.ToLower(h.NodeType), d.NodeType)
+	eq(t, "node GUID (rdma dev)", h.NodeGUID, d.NodeGUID)
+	eq(t, "node GUID (ibv_devinfo)", h.NodeGUID, v.attrs["node_guid"])
+	eq(t, "sys image GUID (rdma dev)", h.SysImageGUID, d.SysImageGUID)
+	eq(t, "sys image GUID (ibv_devinfo)", h.SysImageGUID, v.attrs["sys_image_guid"])
+	eq(t, "firmware (rdma dev, absent when the kernel has none)", h.FirmwareVer, d.FW)
+	// libibverbs prints a device without a firmware version as 0.0.0.
+	ibvFW := v.attrs["fw_ver"]
+	if ibvFW == "0.0.0" {
+		ibvFW = ""
+	}
+	eq(t, "firmware (ibv_devinfo, 0.0.0 meaning none)", h.FirmwareVer, ibvFW)
+	transport := map[string]string{"CA": "InfiniBand (0)", "RNIC": "iWARP (1)"}[h.NodeType]
+	eq(t, "transport (ibv_devinfo)", transport, v.attrs["transport"])
+	if !h.Software {
+		t.Errorf("not recognised as a software device")
+	}
+	eq(t, "port count (ibv_devinfo)", strconv.Itoa(len(h.Ports)), v.attrs["phys_port_cnt"])
+
+	var netdevs []string
+	for _, p := range h.Ports {
+		if nd := portMatchesKernelTools(t, h, p, links, v); nd != "" {
+			netdevs = append(netdevs, nd)
+		}
+	}
+	for _, n := range netdevs {
+		if !slices.Contains(h.Netdevs, n) {
+			t.Errorf("netdevs: discovery %v lacks %s (rdma link)", h.Netdevs, n)
+		}
+	}
+	if len(netdevs) > 0 {
+		eq(t, "parent netdev", h.ParentNetdev, netdevs[0])
+	}
+	if h.Name != "siw0" {
+		// rxe's own sysfs answer.
+		parent, err := os.ReadFile("/sys/class/infiniband/" + h.Name + "/parent")
+		if err != nil {
+			t.Errorf("rxe parent file: %v", err)
+		} else {
+			eq(t, "parent netdev (sysfs parent)", h.ParentNetdev, strings.TrimSpace(string(parent)))
+		}
+	}
+
+	// The verbs device node, as devtmpfs made it.
+	if h.Uverbs == nil {
+		t.Fatalf("no uverbs device")
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat("/dev/infiniband/"+h.Uverbs.Name, &st); err != nil {
+		t.Fatalf("uverbs node: %v", err)
+	}
+	maj, min := uint32(st.Rdev>>8&0xfff), uint32(st.Rdev&0xff|(st.Rdev>>12)&0xfff00)
+	if maj != h.Uverbs.Major || min != h.Uverbs.Minor || !h.Uverbs.Exists {
+		t.Errorf("uverbs %s: discovery %d:%d (exists %v), devtmpfs %d:%d", h.Uverbs.Name, h.Uverbs.Major, h.Uverbs.Minor, h.Uverbs.Exists, maj, min)
+	}
+	t.Logf("%s: %s %s, fw %q, guid %s, port 1 %s/%s %s %gGb/s (%s %s), netdev %v, %d GIDs, %s, MAD %d",
+		h.Name, h.NodeType, h.Model, h.FirmwareVer, h.NodeGUID, h.Ports[0].State, h.Ports[0].PhysState,
+		h.Ports[0].LinkLayer, h.Ports[0].RateGbps, h.Ports[0].Width, h.Ports[0].Speed, h.Netdevs,
+		len(h.Ports[0].GIDs), h.Uverbs.Name, len(h.MAD))
+}
+
+// portMatchesKernelTools holds h's port p to rdma link and ibv_devinfo and
+// returns its netdev as rdma link names it.
+func portMatchesKernelTools(t *testing.T, h hca.HCA, p hca.Port, links []rdmaLink, v *ibvDevice) string {
+	var l *rdmaLink
+	for i := range links {
+		if links[i].Dev == h.Name && links[i].Port == p.Number {
+			l = &links[i]
+		}
+	}
+	vp := v.ports[p.Number]
+	if l == nil || vp == nil {
+		t.Errorf("port %d: rdma link %v, ibv_devinfo %v", p.Number, l, vp)
+		return ""
+	}
+	pre := fmt.Sprintf("port %d ", p.Number)
+	eq(t, pre+"state (rdma link)", p.State, l.State)
+	// ibv_devinfo: each attribute it reports (siw has no phys_state).
+	ibvEq := func(what, key, want string, conv func(string) string) {
+		t.Helper()
+		v, ok := vp[key]
+		if !ok || v == "" {
+			t.Logf("%s%s: not reported by ibv_devinfo", pre, what)
+			return
+		}
+		eq(t, pre+what+" (ibv_devinfo)", want, conv(v))
+	}
+	word := func(v string) string { return strings.Fields(v)[0] }
+	ibvEq("state", "state", "PORT_"+p.State, word)
+	eq(t, pre+"phys state (rdma link)", normPhys(p.PhysState), normPhys(l.PhysState))
+	ibvEq("phys state", "phys_state", normPhys(p.PhysState), func(v string) string { return normPhys(word(v)) })
+	ibvEq("link layer", "link_layer", string(p.LinkLayer), func(v string) string { return v })
+	ibvEq("width", "active_width", p.Width, word)
+	ibvEq("speed", "active_speed", p.Speed, func(v string) string { return ibvSpeeds[code(v)] })
+	if sp, w := vp["active_speed"], vp["active_width"]; sp != "" && w != "" {
+		lane, _ := strconv.ParseFloat(word(sp), 64)
+		lanes, _ := strconv.Atoi(strings.TrimSuffix(word(w), "X"))
+		if p.RateGbps != lane*float64(lanes) {
+			t.Errorf("%srate: discovery %v Gb/s, ibv_devinfo %s x %s", pre, p.RateGbps, w, sp)
+		}
+	}
+	ibvEq("LID", "port_lid", strconv.Itoa(p.LID), func(v string) string { return v })
+	ibvEq("SM LID", "sm_lid", strconv.Itoa(p.SMLID), func(v string) string { return v })
+	eq(t, pre+"netdev (rdma link, RDMA netlink)", p.Netdev, l.Netdev)
+	if h.NodeType == "RNIC" && len(v.gids[p.Number]) == 0 {
+		// ibv_devinfo prints no GIDs for iWARP; the kernel makes
+		// the GID from the netdev's MAC, which ip reports.
+		iwarpGIDs(t, pre, p.GIDs, l.Netdev)
+	} else {
+		compareGIDs(t, pre, p.GIDs, v.gids[p.Number], h.NodeType == "RNIC")
+	}
+	return l.Netdev
 }
 
 func eq(t *testing.T, what, got, want string) {

@@ -130,11 +130,16 @@ func rdmaDevNames(t *testing.T) []string {
 	return out
 }
 
+// exclusiveEnv is TestExclusiveNetnsMode's node (once started) and tools.
+type exclusiveEnv struct {
+	n             *node
+	hook, rdmactl string
+}
+
 func TestExclusiveNetnsMode(t *testing.T) {
 	inGuest(t)
 	skipWithoutRunc(t)
-	hook := hookPath(t)
-	rdmactl := guestTool(t, "RDMA_DRA_VM_RDMACTL")
+	f := &exclusiveEnv{hook: hookPath(t), rdmactl: guestTool(t, "RDMA_DRA_VM_RDMACTL")}
 	// Registered first, so it runs after the driver has stopped.
 	t.Cleanup(func() {
 		if err := setNetnsMode("shared"); err != nil {
@@ -147,53 +152,12 @@ func TestExclusiveNetnsMode(t *testing.T) {
 	}
 	t.Logf("rdma system set netns exclusive: took %v", time.Since(start).Round(time.Millisecond))
 
-	t.Run("mode detected", func(t *testing.T) {
-		rdmactlMode(t, rdmactl, "exclusive")
-		runRdmanlTests(t)
-	})
+	t.Run("mode detected", f.modeDetected)
 
-	t.Run("rdmanl SET: EINVAL for an absent index, EOPNOTSUPP for rxe0", func(t *testing.T) {
-		c, err := rdmanl.Dial()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		self, err := os.Open("/proc/self/ns/net")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer self.Close()
-		err = c.MoveToNetns(rdmanl.Device{Index: 1 << 30, Name: "absent"}, int(self.Fd()))
-		if !errors.Is(err, syscall.EINVAL) {
-			t.Errorf("moving an absent device index: %v, want EINVAL", err)
-		} else {
-			t.Logf("moving an absent device index: %v", err)
-		}
-		// Another namespace: a process of its own holds it.
-		holder := exec.Command("sleep", "60")
-		holder.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
-		if err := holder.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { holder.Process.Kill(); holder.Wait() }()
-		ns, err := os.Open("/proc/" + strconv.Itoa(holder.Process.Pid) + "/ns/net")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ns.Close()
-		dev, ok, err := c.Device("rxe0")
-		if err != nil || !ok {
-			t.Fatalf("rxe0 over RDMA netlink: found %v, %v", ok, err)
-		}
-		err = c.MoveToNetns(dev, int(ns.Fd()))
-		if !errors.Is(err, syscall.EOPNOTSUPP) {
-			t.Errorf("moving rxe0 into another namespace: %v, want EOPNOTSUPP", err)
-		} else {
-			t.Logf("moving rxe0 into another namespace: %v", err)
-		}
-	})
+	t.Run("rdmanl SET: EINVAL for an absent index, EOPNOTSUPP for rxe0", f.rdmanlSetErrors)
 
-	n := startNode(t, nodeConfig{hookPath: hook, pods: true, hostRDMA: true})
+	f.n = startNode(t, nodeConfig{hookPath: f.hook, pods: true, hostRDMA: true})
+	n := f.n
 	inv := n.drv.Inventory()
 	if inv.NetnsMode != hca.NetnsExclusive {
 		t.Errorf("the driver reads netns mode %q, want exclusive", inv.NetnsMode)
@@ -219,116 +183,170 @@ func TestExclusiveNetnsMode(t *testing.T) {
 		}
 	}
 
-	t.Run("pod off the host network refused, its command never run", func(t *testing.T) {
-		n.pod("netns-pod", false)
-		c := n.claim("netns-pod", []string{"rxe0"})
-		ids := n.prepare(c)
-		defer n.unprepare(c)
-		out := t.TempDir()
-		id := "netns-pod"
-		spec := withCDI(t, withOut(withOwnNetns(containerSpec(id, "touch", "/out/ran")), out), n.cdiDir, ids...)
-		if got, want := createRuntimeHooks(spec), [][]string{{hook, "rdma-dra-hook", "netns", "--device=rxe0"}}; !slices.EqualFunc(got, want, slices.Equal) {
-			t.Errorf("createRuntime hooks %q, want %q", got, want)
-		}
-		r := runContainer(t, id, spec, 60*time.Second)
-		t.Logf("runc run %s: exit %d\n%s", id, r.exit, r.out)
-		want := regexp.MustCompile(regexp.QuoteMeta("rdma-dra-hook: HCA rxe0: cannot move it into the network namespace of container "+id+" (pid ") +
-			`\d+` + regexp.QuoteMeta("): rdma netlink: netns move of rxe0: operation not supported"))
-		if r.exit == 0 || !want.MatchString(r.out) {
-			t.Errorf("runc run: exit %d; want a refusal matching %q", r.exit, want)
-		}
-		if _, err := os.Stat(filepath.Join(out, "ran")); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("the container's command ran without its HCA (/out/ran: %v)", err)
-		}
-		if devs := rdmaDevNames(t); !slices.Contains(devs, "rxe0") {
-			t.Errorf("rdma dev after the refusal: %v, want rxe0 still in the host's namespace", devs)
-		} else {
-			t.Logf("rdma dev after the refusal: %v", devs)
-		}
-	})
+	t.Run("pod off the host network refused, its command never run", f.podOffHostNetworkRefused)
 
-	t.Run("moveNetdev: the node's uplink never moves, found by identity", func(t *testing.T) {
-		// The hook as the runtime runs it, for a container in a namespace
-		// of its own: rxe0's port netdev is eth0 (ifindex from RDMA
-		// netlink), which holds 10.0.2.15; rxe1's is eth1, here given the
-		// default route. Both are refused before anything moves; with
-		// neither, the checks pass and the kernel refuses rxe0's move.
-		if def, err := exec.Command("ip", "route", "show", "default").Output(); err != nil || len(strings.TrimSpace(string(def))) > 0 {
-			t.Skipf("the guest's /init adds no default route, but there is one (%q, %v)", def, err)
-		}
-		holder := exec.Command("sleep", "60")
-		holder.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
-		if err := holder.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { holder.Process.Kill(); holder.Wait() }()
-		state := fmt.Sprintf(`{"id":"uplink","pid":%d}`, holder.Process.Pid)
-		runHook := func(args ...string) (string, error) {
-			cmd := exec.Command(hook, append([]string{"netns", "--move-netdevs"}, args...)...)
-			cmd.Stdin = strings.NewReader(state)
-			out, err := cmd.CombinedOutput()
-			return string(out), err
-		}
-		eth0, err := net.InterfaceByName("eth0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := runHook("--device=rxe0", "--node-ip=10.0.2.15")
-		want := fmt.Sprintf("HCA rxe0: refusing to move its netdev eth0 (ifindex %d, port 1) into the network namespace of container uplink", eth0.Index)
-		if err == nil || !strings.Contains(out, want) || !strings.Contains(out, "it holds the node's InternalIP 10.0.2.15") {
-			t.Errorf("rxe0 with eth0 holding the InternalIP: %v\n%s\nwant a refusal containing %q", err, out, want)
-		} else {
-			t.Logf("rxe0, eth0 holding the InternalIP: %s", strings.TrimSpace(out))
-		}
-		if out, err := exec.Command("ip", "route", "add", "default", "dev", "eth1").CombinedOutput(); err != nil {
-			t.Errorf("ip route add default dev eth1: %v: %s", err, out)
-		} else {
-			defer exec.Command("ip", "route", "del", "default", "dev", "eth1").Run()
-			out, err := runHook("--device=rxe1")
-			if err == nil || !strings.Contains(out, "HCA rxe1: refusing to move its netdev eth1") || !strings.Contains(out, "it carries the node's default route") {
-				t.Errorf("rxe1 with eth1 carrying the default route: %v\n%s", err, out)
-			} else {
-				t.Logf("rxe1, eth1 carrying the default route: %s", strings.TrimSpace(out))
-			}
-		}
-		out, err = runHook("--device=rxe0", "--node-ip=10.9.9.9")
-		if err == nil || !strings.Contains(out, "HCA rxe0: cannot move it into the network namespace of container uplink") {
-			t.Errorf("rxe0 with no uplink: %v\n%s\nwant the kernel's refusal of the RDMA move (the checks passed)", err, out)
-		}
-		if devs := rdmaDevNames(t); !slices.Contains(devs, "rxe0") || !slices.Contains(devs, "rxe1") {
-			t.Errorf("rdma dev after the refusals: %v, want rxe0 and rxe1 still in the host's namespace", devs)
-		}
-		if _, err := net.InterfaceByName("eth1"); err != nil {
-			t.Errorf("eth1 after the refusals: %v", err)
-		}
-	})
+	t.Run("moveNetdev: the node's uplink never moves, found by identity", f.uplinkNeverMoves)
 
-	t.Run("hostNetwork pod: no hook, opens rxe0", func(t *testing.T) {
-		n.pod("host-pod", true)
-		c := n.claim("host-pod", []string{"rxe0"})
-		ids := n.prepare(c)
-		defer n.unprepare(c)
-		id := "host-pod"
-		spec := withCDI(t, containerSpec(id, "ibv_devinfo", "-d", "rxe0"), n.cdiDir, ids...)
-		if got := createRuntimeHooks(spec); len(got) != 0 {
-			t.Errorf("hostNetwork pod: createRuntime hooks %q, want none", got)
-		}
-		r := runContainer(t, id, spec, 60*time.Second)
-		if r.exit != 0 || !strings.Contains(r.out, "PORT_ACTIVE") {
-			t.Errorf("ibv_devinfo -d rxe0 in the hostNetwork container: exit %d\n%s", r.exit, r.out)
-		} else {
-			t.Logf("ibv_devinfo -d rxe0 in the hostNetwork container: exit 0, %s", firstMatch(r.out, `state:\s+\S+`))
-		}
-	})
+	t.Run("hostNetwork pod: no hook, opens rxe0", f.hostNetworkPod)
 
-	t.Run("back to shared", func(t *testing.T) {
-		start := time.Now()
-		if err := setNetnsMode("shared"); err != nil {
-			t.Fatal(err)
+	t.Run("back to shared", f.backToShared)
+}
+
+func (f *exclusiveEnv) modeDetected(t *testing.T) {
+	rdmactlMode(t, f.rdmactl, "exclusive")
+	runRdmanlTests(t)
+}
+
+func (f *exclusiveEnv) rdmanlSetErrors(t *testing.T) {
+	c, err := rdmanl.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	self, err := os.Open("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer self.Close()
+	err = c.MoveToNetns(rdmanl.Device{Index: 1 << 30, Name: "absent"}, int(self.Fd()))
+	if !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("moving an absent device index: %v, want EINVAL", err)
+	} else {
+		t.Logf("moving an absent device index: %v", err)
+	}
+	// Another namespace: a process of its own holds it.
+	holder := exec.Command("sleep", "60")
+	holder.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { holder.Process.Kill(); holder.Wait() }()
+	ns, err := os.Open("/proc/" + strconv.Itoa(holder.Process.Pid) + "/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	dev, ok, err := c.Device("rxe0")
+	if err != nil || !ok {
+		t.Fatalf("rxe0 over RDMA netlink: found %v, %v", ok, err)
+	}
+	err = c.MoveToNetns(dev, int(ns.Fd()))
+	if !errors.Is(err, syscall.EOPNOTSUPP) {
+		t.Errorf("moving rxe0 into another namespace: %v, want EOPNOTSUPP", err)
+	} else {
+		t.Logf("moving rxe0 into another namespace: %v", err)
+	}
+}
+
+func (f *exclusiveEnv) podOffHostNetworkRefused(t *testing.T) {
+	f.n.pod("netns-pod", false)
+	c := f.n.claim("netns-pod", []string{"rxe0"})
+	ids := f.n.prepare(c)
+	defer f.n.unprepare(c)
+	out := t.TempDir()
+	id := "netns-pod"
+	spec := withCDI(t, withOut(withOwnNetns(containerSpec(id, "touch", "/out/ran")), out), f.n.cdiDir, ids...)
+	if got, want := createRuntimeHooks(spec), [][]string{{f.hook, "rdma-dra-f.hook", "netns", "--device=rxe0"}}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("createRuntime hooks %q, want %q", got, want)
+	}
+	r := runContainer(t, id, spec, 60*time.Second)
+	t.Logf("runc run %s: exit %d\f.n%s", id, r.exit, r.out)
+	want := regexp.MustCompile(regexp.QuoteMeta("rdma-dra-f.hook: HCA rxe0: cannot move it into the network namespace of container "+id+" (pid ") +
+		`\d+` + regexp.QuoteMeta("): rdma netlink: netns move of rxe0: operation not supported"))
+	if r.exit == 0 || !want.MatchString(r.out) {
+		t.Errorf("runc run: exit %d; want a refusal matching %q", r.exit, want)
+	}
+	if _, err := os.Stat(filepath.Join(out, "ran")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the container's command ran without its HCA (/out/ran: %v)", err)
+	}
+	if devs := rdmaDevNames(t); !slices.Contains(devs, "rxe0") {
+		t.Errorf("rdma dev after the refusal: %v, want rxe0 still in the host's namespace", devs)
+	} else {
+		t.Logf("rdma dev after the refusal: %v", devs)
+	}
+}
+
+func (f *exclusiveEnv) uplinkNeverMoves(t *testing.T) {
+	// The f.hook as the runtime runs it, for a container in a namespace
+	// of its own: rxe0's port netdev is eth0 (ifindex from RDMA
+	// netlink), which holds 10.0.2.15; rxe1's is eth1, here given the
+	// default route. Both are refused before anything moves; with
+	// neither, the checks pass and the kernel refuses rxe0's move.
+	if def, err := exec.Command("ip", "route", "show", "default").Output(); err != nil || len(strings.TrimSpace(string(def))) > 0 {
+		t.Skipf("the guest's /init adds no default route, but there is one (%q, %v)", def, err)
+	}
+	holder := exec.Command("sleep", "60")
+	holder.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { holder.Process.Kill(); holder.Wait() }()
+	state := fmt.Sprintf(`{"id":"uplink","pid":%d}`, holder.Process.Pid)
+	runHook := func(args ...string) (string, error) {
+		cmd := exec.Command(f.hook, append([]string{"netns", "--move-netdevs"}, args...)...)
+		cmd.Stdin = strings.NewReader(state)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	eth0, err := net.InterfaceByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := runHook("--device=rxe0", "--node-ip=10.0.2.15")
+	want := fmt.Sprintf("HCA rxe0: refusing to move its netdev eth0 (ifindex %d, port 1) into the network namespace of container uplink", eth0.Index)
+	if err == nil || !strings.Contains(out, want) || !strings.Contains(out, "it holds the node's InternalIP 10.0.2.15") {
+		t.Errorf("rxe0 with eth0 holding the InternalIP: %v\f.n%s\nwant a refusal containing %q", err, out, want)
+	} else {
+		t.Logf("rxe0, eth0 holding the InternalIP: %s", strings.TrimSpace(out))
+	}
+	if out, err := exec.Command("ip", "route", "add", "default", "dev", "eth1").CombinedOutput(); err != nil {
+		t.Errorf("ip route add default dev eth1: %v: %s", err, out)
+	} else {
+		defer exec.Command("ip", "route", "del", "default", "dev", "eth1").Run()
+		out, err := runHook("--device=rxe1")
+		if err == nil || !strings.Contains(out, "HCA rxe1: refusing to move its netdev eth1") || !strings.Contains(out, "it carries the node's default route") {
+			t.Errorf("rxe1 with eth1 carrying the default route: %v\f.n%s", err, out)
+		} else {
+			t.Logf("rxe1, eth1 carrying the default route: %s", strings.TrimSpace(out))
 		}
-		t.Logf("rdma system set netns shared: took %v", time.Since(start).Round(time.Millisecond))
-		rdmactlMode(t, rdmactl, "shared")
-	})
+	}
+	out, err = runHook("--device=rxe0", "--node-ip=10.9.9.9")
+	if err == nil || !strings.Contains(out, "HCA rxe0: cannot move it into the network namespace of container uplink") {
+		t.Errorf("rxe0 with no uplink: %v\f.n%s\nwant the kernel's refusal of the RDMA move (the checks passed)", err, out)
+	}
+	if devs := rdmaDevNames(t); !slices.Contains(devs, "rxe0") || !slices.Contains(devs, "rxe1") {
+		t.Errorf("rdma dev after the refusals: %v, want rxe0 and rxe1 still in the host's namespace", devs)
+	}
+	if _, err := net.InterfaceByName("eth1"); err != nil {
+		t.Errorf("eth1 after the refusals: %v", err)
+	}
+}
+
+func (f *exclusiveEnv) hostNetworkPod(t *testing.T) {
+	f.n.pod("host-pod", true)
+	c := f.n.claim("host-pod", []string{"rxe0"})
+	ids := f.n.prepare(c)
+	defer f.n.unprepare(c)
+	id := "host-pod"
+	spec := withCDI(t, containerSpec(id, "ibv_devinfo", "-d", "rxe0"), f.n.cdiDir, ids...)
+	if got := createRuntimeHooks(spec); len(got) != 0 {
+		t.Errorf("hostNetwork pod: createRuntime hooks %q, want none", got)
+	}
+	r := runContainer(t, id, spec, 60*time.Second)
+	if r.exit != 0 || !strings.Contains(r.out, "PORT_ACTIVE") {
+		t.Errorf("ibv_devinfo -d rxe0 in the hostNetwork container: exit %d\f.n%s", r.exit, r.out)
+	} else {
+		t.Logf("ibv_devinfo -d rxe0 in the hostNetwork container: exit 0, %s", firstMatch(r.out, `state:\s+\S+`))
+	}
+}
+
+func (f *exclusiveEnv) backToShared(t *testing.T) {
+	start := time.Now()
+	if err := setNetnsMode("shared"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rdma system set netns shared: took %v", time.Since(start).Round(time.Millisecond))
+	rdmactlMode(t, f.rdmactl, "shared")
 }
 
 func firstMatch(s, re string) string { return regexp.MustCompile(re).FindString(s) }

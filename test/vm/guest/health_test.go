@@ -9,10 +9,13 @@ package guest
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -104,34 +107,35 @@ func TestPortDownTaintAndHealth(t *testing.T) {
 		// latency from the driver's.
 		kernelAt := make(chan time.Duration, 1)
 		go func() {
-			for time.Since(start) < 30*time.Second {
-				if st, _ := readTrim("/sys/class/infiniband/rxe1/ports/1/state"); strings.HasSuffix(st, step.port) {
-					kernelAt <- time.Since(start)
-					return
-				}
-				time.Sleep(2 * time.Millisecond)
+			err := poll.Until(ctx, "rxe1's port "+step.port, 2*time.Millisecond, 30*time.Second, func(context.Context) (bool, string, error) {
+				st, _ := readTrim("/sys/class/infiniband/rxe1/ports/1/state")
+				return strings.HasSuffix(st, step.port), "", nil
+			})
+			if err != nil {
+				kernelAt <- -1
+				return
 			}
-			kernelAt <- -1
+			kernelAt <- time.Since(start)
 		}()
 		setLink(t, "eth1", step.state)
 		// The taint, from the published slice (polled every 20 ms).
 		var taintAfter time.Duration
-		for {
+		err := poll.Until(ctx, fmt.Sprintf("rxe1 tainted=%v", step.tainted), 20*time.Millisecond, 30*time.Second, func(ctx context.Context) (bool, string, error) {
 			s, err := n.slice(ctx)
 			if err != nil {
-				t.Fatalf("eth1 %s: waiting for the slice: %v", step.state, err)
+				return false, "", fmt.Errorf("the slice: %w", err)
 			}
-			if taintedDevices(s)["rxe1"] == step.tainted {
-				taintAfter = time.Since(start)
-				if taintedDevices(s)["rxe0"] {
-					t.Errorf("rxe0 tainted too")
-				}
-				break
+			if taintedDevices(s)["rxe1"] != step.tainted {
+				return false, "", nil
 			}
-			if time.Since(start) > 30*time.Second {
-				t.Fatalf("eth1 %s: rxe1 taint still %v after 30 s", step.state, !step.tainted)
+			taintAfter = time.Since(start)
+			if taintedDevices(s)["rxe0"] {
+				t.Errorf("rxe0 tainted too")
 			}
-			time.Sleep(20 * time.Millisecond)
+			return true, "", nil
+		})
+		if err != nil {
+			t.Fatalf("eth1 %s: %v", step.state, err)
 		}
 		var healthAfter time.Duration
 		for healthAfter == 0 {

@@ -48,11 +48,8 @@ func everyHCA(t *testing.T, name string, inv hca.Inventory, cdiDir string, ids [
 	if got := listInfiniband(t, name+"-ls", cdiDir, ids...); !slices.Equal(got, want) {
 		t.Errorf("%s container: /dev/infiniband = %v, want %v", name, got, want)
 	}
-	script := ""
-	for _, dev := range rdmaDevices() {
-		script += "ibv_devinfo -d " + dev + " | grep -E 'hca_id|state' || exit 1; "
-	}
-	r := runContainer(t, name+"-open", withCDI(t, containerSpec(name+"-open", "sh", "-c", script), cdiDir, ids...), 30*time.Second)
+	script := shScript("open-each.sh", rdmaDevices()...)
+	r := runContainer(t, name+"-open", withCDI(t, containerSpec(name+"-open", script...), cdiDir, ids...), 30*time.Second)
 	if r.exit != 0 {
 		t.Errorf("opening every HCA in the %s container: exit %d\n%s", name, r.exit, r.out)
 	}

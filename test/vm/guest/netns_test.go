@@ -6,6 +6,7 @@ package guest
 // from it) must give the same inventory for both.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
@@ -70,17 +73,13 @@ func netnsHelper() int {
 func setNetnsMode(mode string) error {
 	// The mode can change only while no other network namespace exists;
 	// a helper's may take a moment to go.
-	var err error
-	for i := 0; i < 50; i++ {
-		var out []byte
-		if out, err = exec.Command("rdma", "system", "set", "netns", mode).CombinedOutput(); err == nil {
-			return nil
-		} else {
-			err = fmt.Errorf("rdma system set netns %s: %v: %s", mode, err, strings.TrimSpace(string(out)))
+	return poll.Until(context.Background(), "rdma system set netns "+mode, 100*time.Millisecond, 5*time.Second, func(context.Context) (bool, string, error) {
+		out, err := exec.Command("rdma", "system", "set", "netns", mode).CombinedOutput()
+		if err != nil {
+			return false, fmt.Sprintf("%v: %s", err, strings.TrimSpace(string(out))), nil
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return err
+		return true, "", nil
+	})
 }
 
 func TestForeignNetnsViewMatchesSimulator(t *testing.T) {

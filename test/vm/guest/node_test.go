@@ -9,10 +9,13 @@ package guest
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -229,15 +232,17 @@ func (n *node) unprepare(c *resourceapi.ResourceClaim) {
 
 // slice returns the published ResourceSlice once there is exactly one.
 func (n *node) slice(ctx context.Context) (*resourceapi.ResourceSlice, error) {
-	for {
+	var s *resourceapi.ResourceSlice
+	err := poll.Until(ctx, "one ResourceSlice", 20*time.Millisecond, time.Minute, func(ctx context.Context) (bool, string, error) {
 		list, err := n.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		if err == nil && len(list.Items) == 1 {
-			return &list.Items[0], nil
+		if err != nil {
+			return false, err.Error(), nil
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		if len(list.Items) != 1 {
+			return false, fmt.Sprintf("%d slices", len(list.Items)), nil
 		}
-	}
+		s = &list.Items[0]
+		return true, "", nil
+	})
+	return s, err
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -75,11 +77,12 @@ func TestNode(t *testing.T) {
 	defer cancel()
 	if cfg.Link != nil {
 		// ib_core fills the GID table from a work queue after the address.
-		facts, err := linkFacts(*cfg.Link)
-		for i := 0; err != nil && i < 50; i++ {
-			time.Sleep(200 * time.Millisecond)
+		var facts map[string]string
+		err := poll.Until(ctx, "the kernel's facts of "+cfg.Link.Rxe, 200*time.Millisecond, 10*time.Second, func(context.Context) (bool, string, error) {
+			var err error
 			facts, err = linkFacts(*cfg.Link)
-		}
+			return err == nil, fmt.Sprint(err), nil
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,16 +98,19 @@ func TestNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("node %s Ready in the guest after %s", n.Name, time.Since(start).Round(100*time.Millisecond))
-	for {
-		cm, err := client.CoreV1().ConfigMaps("default").Get(ctx, cfg.Done, metav1.GetOptions{})
-		if err == nil {
-			t.Logf("the host is done after %s", time.Since(start).Round(100*time.Millisecond))
-			if cm.Data["failed"] == "true" {
-				logNode(t, n)
-			}
-			return
-		}
-		time.Sleep(time.Second)
+	// The host's test bounds the wait: it powers the guest off.
+	var done *corev1.ConfigMap
+	err = poll.Until(ctx, "the host to be done", time.Second, 24*time.Hour, func(ctx context.Context) (bool, string, error) {
+		var err error
+		done, err = client.CoreV1().ConfigMaps("default").Get(ctx, cfg.Done, metav1.GetOptions{})
+		return err == nil, "", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the host is done after %s", time.Since(start).Round(100*time.Millisecond))
+	if done.Data["failed"] == "true" {
+		logNode(t, n)
 	}
 }
 
@@ -145,15 +151,14 @@ func setUpLink(l Link) error {
 		}
 	}
 	state := filepath.Join("/sys/class/infiniband", l.Rxe, "ports/1/state")
-	var last []byte
-	for i := 0; i < 100; i++ {
-		last, _ = os.ReadFile(state)
-		if strings.Contains(string(last), "ACTIVE") {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
+	err := poll.Until(context.Background(), state+" to say ACTIVE", 100*time.Millisecond, 10*time.Second, func(context.Context) (bool, string, error) {
+		b, _ := os.ReadFile(state)
+		return strings.Contains(string(b), "ACTIVE"), strings.TrimSpace(string(b)), nil
+	})
+	if err != nil {
+		return fmt.Errorf("link %s: %w", l.Address, err)
 	}
-	return fmt.Errorf("link %s: %s says %q after 10 s, want ACTIVE", l.Address, state, strings.TrimSpace(string(last)))
+	return nil
 }
 
 // linkFacts is what sysfs says about the link's rxe: the values the
