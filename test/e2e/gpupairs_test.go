@@ -23,6 +23,7 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 // The standard attributes the claims match on.
@@ -315,28 +316,9 @@ func createPairPod(ctx context.Context, t *testing.T, c kubernetes.Interface, ns
 // pairsPoll bounds each wait; the scheduler places a pod within seconds.
 const pairsPoll = 60 * time.Second
 
-func poll(ctx context.Context, t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(pairsPoll)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: not after %v; last seen: %s", what, pairsPoll, state)
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, context.Cause(ctx))
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
 func waitAllocated(ctx context.Context, t *testing.T, c kubernetes.Interface, ns, name string) {
 	t.Helper()
-	poll(ctx, t, "pod "+name+" bound with its claim allocated", func() (bool, string) {
+	poll.For(t, "pod "+name+" bound with its claim allocated", pairsPoll, func() (bool, string) {
 		p, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -354,7 +336,7 @@ func waitAllocated(ctx context.Context, t *testing.T, c kubernetes.Interface, ns
 
 func waitUnschedulable(ctx context.Context, t *testing.T, c kubernetes.Interface, ns, name string) {
 	t.Helper()
-	poll(ctx, t, "pod "+name+" to be unschedulable", func() (bool, string) {
+	poll.For(t, "pod "+name+" to be unschedulable", pairsPoll, func() (bool, string) {
 		p, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

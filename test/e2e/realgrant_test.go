@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 const (
@@ -66,7 +68,7 @@ func TestRealNodeGrantByNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seen string
-	waitRealNode(t, "pod fabric-admin/sm-tools to list its devices", 2*time.Minute, func() (bool, string) {
+	poll.For(t, "pod fabric-admin/sm-tools to list its devices", 2*time.Minute, func() (bool, string) {
 		p, err := w.cp.Client.CoreV1().Pods("fabric-admin").Get(w.ctx, pod.Name, metav1.GetOptions{})
 		if err != nil || p.Status.Phase != corev1.PodRunning {
 			return false, fmt.Sprintf("%v %v", err, p.Status)
@@ -125,7 +127,7 @@ func (w *realWorld) namespace(t *testing.T, name string, labels map[string]strin
 	if _, err := w.cp.Client.CoreV1().Namespaces().Create(w.ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitRealNode(t, "the default ServiceAccount of namespace "+name, time.Minute, func() (bool, string) {
+	poll.For(t, "the default ServiceAccount of namespace "+name, time.Minute, func() (bool, string) {
 		_, err := w.cp.Client.CoreV1().ServiceAccounts(name).Get(w.ctx, "default", metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
