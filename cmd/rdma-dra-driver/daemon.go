@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -66,8 +67,8 @@ func newDaemon(ctx context.Context, o *options, clients apiClients, dirs daemonD
 	// The Node's InternalIPs (moveNetdev) and the foreign-plugin check
 	// read it from a watch.
 	nodes := newCachedNodes(clients.publish, o.nodeName)
-	if err := nodes.Start(ctx); err != nil {
-		return nil, err
+	if err := nodes.Start(ctx, 10*time.Second); err != nil {
+		logger.Error(err, "Node watch")
 	}
 	dmn := &daemon{metrics: draplugin.NewMetrics(), nodes: nodes}
 	registerBuildInfo(dmn.metrics.Registry, build)

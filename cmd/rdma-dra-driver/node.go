@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,11 +36,16 @@ func newCachedNodes(client kubernetes.Interface, name string) *cachedNodes {
 	return &cachedNodes{NodeInterface: client.CoreV1().Nodes(), lister: nodes.Lister(), synced: nodes.Informer().HasSynced, factory: factory}
 }
 
-// Start runs the watch until ctx ends and waits for the first list.
-func (c *cachedNodes) Start(ctx context.Context) error {
+// Start runs the watch until ctx ends and waits up to wait for the first
+// list. An error (no list in time: the API server down, or RBAC without
+// list and watch on nodes) is not fatal: until the watch has the Node,
+// Get reads it from the API server.
+func (c *cachedNodes) Start(ctx context.Context, wait time.Duration) error {
 	c.factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
-		return fmt.Errorf("node informer did not sync: %w", context.Cause(ctx))
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if !cache.WaitForCacheSync(waitCtx.Done(), c.synced) {
+		return fmt.Errorf("the watch of the Node did not list it within %s; reading it from the API server until it does", wait)
 	}
 	return nil
 }

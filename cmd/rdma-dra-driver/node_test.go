@@ -22,7 +22,7 @@ func TestCachedNodes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	nodes := newCachedNodes(client, "dgx01")
-	if err := nodes.Start(ctx); err != nil {
+	if err := nodes.Start(ctx, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	gets := func() int {
