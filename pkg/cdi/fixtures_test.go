@@ -18,13 +18,13 @@ func chardev(name string, major, minor uint32, port int) hca.CharDevice {
 func ibHCA(n uint32) hca.HCA {
 	name := "mlx5_" + itoa(n)
 	uverbs := chardev("uverbs"+itoa(n), 231, 192+n, 0)
-	return hca.HCA{
-		Name:     name,
-		NodeType: "CA",
-		Ports:    []hca.Port{{Number: 1, State: "ACTIVE", LinkLayer: hca.LinkLayerInfiniBand, RoCEv2GIDIndex: -1}},
-		Uverbs:   &uverbs,
-		MAD:      []hca.CharDevice{chardev("issm"+itoa(n), 231, 64+n, 1), chardev("umad"+itoa(n), 231, n, 1)},
-		Usable:   true,
+	return hca.HCA{Identity: hca.Identity{NodeType: "CA"},
+		Name: name,
+
+		Ports:  []hca.Port{{Number: 1, State: "ACTIVE", LinkLayer: hca.LinkLayerInfiniBand, RoCEv2GIDIndex: -1}},
+		Uverbs: &uverbs,
+		MAD:    []hca.CharDevice{chardev("issm"+itoa(n), 231, 64+n, 1), chardev("umad"+itoa(n), 231, n, 1)},
+		Usable: true,
 	}
 }
 

@@ -17,15 +17,10 @@ import (
 // writes (a rollback keeps its moved HCAs). A field added here must keep
 // that rule, or be one whose absence is safe in 0.1.0.
 type HCA struct {
-	Name           string       `json:"name"`
-	NodeType       string       `json:"nodeType,omitempty"`
-	NodeGUID       string       `json:"nodeGUID,omitempty"`
-	SysImageGUID   string       `json:"sysImageGUID,omitempty"`
-	FirmwareVer    string       `json:"firmwareVer,omitempty"`
-	HCAType        string       `json:"hcaType,omitempty"`
-	BoardID        string       `json:"boardID,omitempty"`
-	NodeDesc       string       `json:"nodeDesc,omitempty"`
-	Model          string       `json:"model,omitempty"`
+	Name string `json:"name"`
+	// HCAIdentity is embedded untagged: its fields are this record's own
+	// in JSON, as before it was split out.
+	HCAIdentity
 	Ports          []HCAPort    `json:"ports,omitempty"`
 	Uverbs         *CharDevice  `json:"uverbs,omitempty"`
 	MAD            []CharDevice `json:"mad,omitempty"`
@@ -37,6 +32,18 @@ type HCA struct {
 	Usable         bool         `json:"usable,omitempty"`
 	UnusableReason string       `json:"unusableReason,omitempty"`
 	Warnings       []string     `json:"warnings,omitempty"`
+}
+
+// HCAIdentity is hca.Identity in the checkpoint.
+type HCAIdentity struct {
+	NodeType     string `json:"nodeType,omitempty"`
+	NodeGUID     string `json:"nodeGUID,omitempty"`
+	SysImageGUID string `json:"sysImageGUID,omitempty"`
+	FirmwareVer  string `json:"firmwareVer,omitempty"`
+	HCAType      string `json:"hcaType,omitempty"`
+	BoardID      string `json:"boardID,omitempty"`
+	NodeDesc     string `json:"nodeDesc,omitempty"`
+	Model        string `json:"model,omitempty"`
 }
 
 // HCAPort is one port of a moved HCA.
@@ -138,9 +145,8 @@ func (h *HCA) UnmarshalJSON(b []byte) error {
 // SnapshotHCA is the record of h the checkpoint keeps while h is moved.
 func SnapshotHCA(h hca.HCA) *HCA {
 	out := &HCA{
-		Name: h.Name, NodeType: h.NodeType, NodeGUID: h.NodeGUID, SysImageGUID: h.SysImageGUID,
-		FirmwareVer: h.FirmwareVer, HCAType: h.HCAType, BoardID: h.BoardID, NodeDesc: h.NodeDesc,
-		Model: h.Model, Netdevs: cloneStrings(h.Netdevs), Software: h.Software, ParentNetdev: h.ParentNetdev,
+		Name: h.Name, HCAIdentity: HCAIdentity(h.Identity),
+		Netdevs: cloneStrings(h.Netdevs), Software: h.Software, ParentNetdev: h.ParentNetdev,
 		Usable: h.Usable, UnusableReason: h.UnusableReason, Warnings: cloneStrings(h.Warnings),
 	}
 	for _, p := range h.Ports {
@@ -186,9 +192,8 @@ func charDevice(c hca.CharDevice) CharDevice {
 // HCA is the recorded HCA as discovery would report it.
 func (s *HCA) HCA() hca.HCA {
 	h := hca.HCA{
-		Name: s.Name, NodeType: s.NodeType, NodeGUID: s.NodeGUID, SysImageGUID: s.SysImageGUID,
-		FirmwareVer: s.FirmwareVer, HCAType: s.HCAType, BoardID: s.BoardID, NodeDesc: s.NodeDesc,
-		Model: s.Model, Netdevs: cloneStrings(s.Netdevs), Software: s.Software, ParentNetdev: s.ParentNetdev,
+		Name: s.Name, Identity: hca.Identity(s.HCAIdentity),
+		Netdevs: cloneStrings(s.Netdevs), Software: s.Software, ParentNetdev: s.ParentNetdev,
 		Usable: s.Usable, UnusableReason: s.UnusableReason, Warnings: cloneStrings(s.Warnings),
 	}
 	for _, p := range s.Ports {
@@ -251,15 +256,8 @@ func cloneStrings(s []string) []string {
 // names). They never change: a change to hca.HCA must not break reading
 // what 0.1.0 left on a node.
 type hcaV1Untagged struct {
-	Name           string
-	NodeType       string
-	NodeGUID       string
-	SysImageGUID   string
-	FirmwareVer    string
-	HCAType        string
-	BoardID        string
-	NodeDesc       string
-	Model          string
+	Name string
+	identityV1Untagged
 	Ports          []portV1Untagged
 	Uverbs         *charDeviceV1Untagged
 	MAD            []charDeviceV1Untagged
@@ -270,6 +268,18 @@ type hcaV1Untagged struct {
 	Usable         bool
 	UnusableReason string
 	Warnings       []string
+}
+
+// identityV1Untagged is embedded: its fields are hcaV1Untagged's own in JSON.
+type identityV1Untagged struct {
+	NodeType     string
+	NodeGUID     string
+	SysImageGUID string
+	FirmwareVer  string
+	HCAType      string
+	BoardID      string
+	NodeDesc     string
+	Model        string
 }
 
 type portV1Untagged struct {
@@ -319,9 +329,8 @@ type pciV1Untagged struct {
 
 func (o hcaV1Untagged) convert() HCA {
 	h := HCA{
-		Name: o.Name, NodeType: o.NodeType, NodeGUID: o.NodeGUID, SysImageGUID: o.SysImageGUID,
-		FirmwareVer: o.FirmwareVer, HCAType: o.HCAType, BoardID: o.BoardID, NodeDesc: o.NodeDesc,
-		Model: o.Model, Netdevs: o.Netdevs, Software: o.Software, ParentNetdev: o.ParentNetdev,
+		Name: o.Name, HCAIdentity: HCAIdentity(o.identityV1Untagged),
+		Netdevs: o.Netdevs, Software: o.Software, ParentNetdev: o.ParentNetdev,
 		Usable: o.Usable, UnusableReason: o.UnusableReason, Warnings: o.Warnings,
 	}
 	for _, p := range o.Ports {

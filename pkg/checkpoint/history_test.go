@@ -14,10 +14,9 @@ import (
 
 // movedHCA is an HCA as discovery reports it, every field set.
 func movedHCA() hca.HCA {
-	return hca.HCA{
-		Name: "mlx5_3", NodeType: "CA", NodeGUID: "a088:c203:0012:3a43", SysImageGUID: "a088:c203:0012:3a40",
-		FirmwareVer: "28.39.2048", HCAType: "MT4129", BoardID: "MT_0000000838", NodeDesc: "node-a mlx5_3",
-		Model: "ConnectX-7",
+	return hca.HCA{Identity: hca.Identity{NodeType: "CA", NodeGUID: "a088:c203:0012:3a43", SysImageGUID: "a088:c203:0012:3a40", FirmwareVer: "28.39.2048", HCAType: "MT4129", BoardID: "MT_0000000838", NodeDesc: "node-a mlx5_3", Model: "ConnectX-7"},
+		Name: "mlx5_3",
+
 		Ports: []hca.Port{{
 			Number: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: hca.LinkLayerEthernet, RateGbps: 400,
 			Width: "4X", Speed: "NDR", LID: 7, SMLID: 1, Netdev: "eth3",

@@ -12,11 +12,9 @@ import (
 
 // cx7 is a ConnectX-7 InfiniBand PF of a DGX H100.
 func cx7() hca.HCA {
-	return hca.HCA{
-		Name: "mlx5_0", NodeType: "CA",
-		NodeGUID: "a088:c203:0012:3a40", SysImageGUID: "a088:c203:0012:3a40",
-		FirmwareVer: "28.39.2048", HCAType: "MT4129", BoardID: "MT_0000000838", NodeDesc: "dgx01 mlx5_0",
-		Model: "ConnectX-7",
+	return hca.HCA{Identity: hca.Identity{NodeType: "CA", NodeGUID: "a088:c203:0012:3a40", SysImageGUID: "a088:c203:0012:3a40", FirmwareVer: "28.39.2048", HCAType: "MT4129", BoardID: "MT_0000000838", NodeDesc: "dgx01 mlx5_0", Model: "ConnectX-7"},
+		Name: "mlx5_0",
+
 		Ports: []hca.Port{{
 			Number: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: hca.LinkLayerInfiniBand,
 			RateGbps: 400, Width: "4X", Speed: "NDR", LID: 0x1a, SMLID: 1, RoCEv2GIDIndex: -1,
@@ -38,10 +36,9 @@ func cx7() hca.HCA {
 
 // bf3 is a BlueField-3 RoCE port whose first RoCE v2 GID with an IP is 3.
 func bf3() hca.HCA {
-	return hca.HCA{
-		Name: "mlx5_2", NodeType: "CA",
-		NodeGUID: "5c25:7303:00a1:b2c4", SysImageGUID: "5c25:7303:00a1:b2c4",
-		FirmwareVer: "32.41.1000", HCAType: "MT41692", Model: "BlueField-3",
+	return hca.HCA{Identity: hca.Identity{NodeType: "CA", NodeGUID: "5c25:7303:00a1:b2c4", SysImageGUID: "5c25:7303:00a1:b2c4", FirmwareVer: "32.41.1000", HCAType: "MT41692", Model: "BlueField-3"},
+		Name: "mlx5_2",
+
 		Ports: []hca.Port{{
 			Number: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: hca.LinkLayerEthernet,
 			RateGbps: 200, Width: "4X", Speed: "HDR", RoCEv2GIDIndex: 3,
@@ -58,10 +55,9 @@ func bf3() hca.HCA {
 
 // vf is a ConnectX-7 RoCE virtual function without an IP address yet.
 func vf() hca.HCA {
-	return hca.HCA{
-		Name: "mlx5_4", NodeType: "CA",
-		NodeGUID: "0000:0000:0000:0000", SysImageGUID: "a088:c203:0012:3a40",
-		FirmwareVer: "28.39.2048", HCAType: "MT4126", Model: "ConnectX VF",
+	return hca.HCA{Identity: hca.Identity{NodeType: "CA", NodeGUID: "0000:0000:0000:0000", SysImageGUID: "a088:c203:0012:3a40", FirmwareVer: "28.39.2048", HCAType: "MT4126", Model: "ConnectX VF"},
+		Name: "mlx5_4",
+
 		Ports: []hca.Port{{
 			Number: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: hca.LinkLayerEthernet,
 			RateGbps: 400, RoCEv2GIDIndex: -1,
@@ -78,10 +74,9 @@ func vf() hca.HCA {
 
 // rxe is Soft-RoCE on a VM's eth0: no PCI, no fw_ver, no hca_type.
 func rxe() hca.HCA {
-	return hca.HCA{
-		Name: "rxe0", NodeType: "CA",
-		NodeGUID: "5054:00ff:fe12:3456", SysImageGUID: "0000:0000:0000:0000",
-		Model: "Soft-RoCE",
+	return hca.HCA{Identity: hca.Identity{NodeType: "CA", NodeGUID: "5054:00ff:fe12:3456", SysImageGUID: "0000:0000:0000:0000", Model: "Soft-RoCE"},
+		Name: "rxe0",
+
 		Ports: []hca.Port{{
 			Number: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: hca.LinkLayerEthernet,
 			RateGbps: 2.5, Width: "1X", Speed: "SDR", RoCEv2GIDIndex: 1,
@@ -97,10 +92,9 @@ func rxe() hca.HCA {
 // noNUMA is a two-port ConnectX-6 in a VM: numa_node -1, port 1 polling,
 // a zero-padded fw_ver, no netdev.
 func noNUMA() hca.HCA {
-	return hca.HCA{
-		Name: "mlx5_1", NodeType: "CA",
-		NodeGUID: "0c42:a103:0065:e2f0", SysImageGUID: "0c42:a103:0065:e2f0",
-		FirmwareVer: "20.035.1012", HCAType: "MT4123", Model: "ConnectX-6",
+	return hca.HCA{Identity: hca.Identity{NodeType: "CA", NodeGUID: "0c42:a103:0065:e2f0", SysImageGUID: "0c42:a103:0065:e2f0", FirmwareVer: "20.035.1012", HCAType: "MT4123", Model: "ConnectX-6"},
+		Name: "mlx5_1",
+
 		Ports: []hca.Port{
 			{Number: 1, State: "DOWN", PhysState: "Polling", LinkLayer: hca.LinkLayerInfiniBand, RateGbps: 10, RoCEv2GIDIndex: -1},
 			{Number: 2, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: hca.LinkLayerInfiniBand, RateGbps: 200, LID: 7, RoCEv2GIDIndex: -1},
@@ -117,10 +111,9 @@ func noNUMA() hca.HCA {
 // irdma is an Intel E810 iWARP RNIC with a two-component fw_ver and no
 // hca_type.
 func irdma() hca.HCA {
-	return hca.HCA{
-		Name: "irdma0", NodeType: "RNIC",
-		NodeGUID: "b496:91ff:fea1:0000", SysImageGUID: "b496:91ff:fea1:0000",
-		FirmwareVer: "1.70", Model: "E810-C",
+	return hca.HCA{Identity: hca.Identity{NodeType: "RNIC", NodeGUID: "b496:91ff:fea1:0000", SysImageGUID: "b496:91ff:fea1:0000", FirmwareVer: "1.70", Model: "E810-C"},
+		Name: "irdma0",
+
 		Ports: []hca.Port{{
 			Number: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: hca.LinkLayerEthernet,
 			RateGbps: 100, RoCEv2GIDIndex: 0,

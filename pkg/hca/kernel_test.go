@@ -96,9 +96,9 @@ func TestDiscoverKernelListing(t *testing.T) {
 		return &CharDevice{Name: name, Path: "/dev/infiniband/" + name, Major: 231, Minor: 192 + n, Exists: true}
 	}
 	cx5 := func(name, guid string) HCA {
-		return HCA{Name: name, NodeType: "CA", NodeGUID: guid, SysImageGUID: "b859:9f03:0012:3a48",
-			FirmwareVer: "16.35.4030", HCAType: "MT4119", BoardID: "MT_0000000008", NodeDesc: "gpu-node-7 " + name,
-			Model: "ConnectX-5", Usable: true}
+		return HCA{Identity: Identity{NodeType: "CA", NodeGUID: guid, SysImageGUID: "b859:9f03:0012:3a48", FirmwareVer: "16.35.4030", HCAType: "MT4119", BoardID: "MT_0000000008", NodeDesc: "gpu-node-7 " + name, Model: "ConnectX-5"}, Name: name,
+
+			Usable: true}
 	}
 	rocePort := func(state, phys string, gbps float64, speed, gid, ndev string, roce int, extra ...GID) []Port {
 		gids := []GID{{0, gid, "IB/RoCE v1", ndev}, {1, gid, "RoCE v2", ndev}}

@@ -28,15 +28,15 @@ func softHCA(name string) hca.HCA {
 		mad := func(name string, minor uint32) hca.CharDevice {
 			return hca.CharDevice{Name: name, Path: "/dev/infiniband/" + name, Major: 231, Minor: minor, Port: 1, Exists: true}
 		}
-		return hca.HCA{Name: name, NodeType: "CA", NodeGUID: "5054:00ff:fe12:3456", SysImageGUID: "5054:00ff:fe12:3456",
-			NodeDesc: "rxe", Model: "Soft-RoCE", Ports: []hca.Port{port}, Uverbs: uverbs,
+		return hca.HCA{Identity: hca.Identity{NodeType: "CA", NodeGUID: "5054:00ff:fe12:3456", SysImageGUID: "5054:00ff:fe12:3456", NodeDesc: "rxe", Model: "Soft-RoCE"}, Name: name,
+			Ports: []hca.Port{port}, Uverbs: uverbs,
 			MAD:     []hca.CharDevice{mad("issm0", 64), mad("umad0", 0)},
 			Netdevs: []string{"eth0"}, Software: true, ParentNetdev: "eth0", Usable: true}
 	}
 	port.GIDs = []hca.GID{{Index: 0, GID: "5254:0012:3456:0000:0000:0000:0000:0000", Type: "IB/RoCE v1"}}
 	port.RoCEv2GIDIndex = -1
-	return hca.HCA{Name: name, NodeType: "RNIC", NodeGUID: "5054:00ff:fe12:3456", SysImageGUID: "5054:00ff:fe12:3456",
-		NodeDesc: "Software iWARP stack", Model: "soft-iWARP", Ports: []hca.Port{port}, Uverbs: uverbs,
+	return hca.HCA{Identity: hca.Identity{NodeType: "RNIC", NodeGUID: "5054:00ff:fe12:3456", SysImageGUID: "5054:00ff:fe12:3456", NodeDesc: "Software iWARP stack", Model: "soft-iWARP"}, Name: name,
+		Ports: []hca.Port{port}, Uverbs: uverbs,
 		Software: true, Usable: true}
 }
 

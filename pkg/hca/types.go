@@ -79,16 +79,7 @@ type HCA struct {
 	// Name is the ibdev name, e.g. mlx5_0.
 	Name string
 
-	NodeType     string // "CA", "RNIC", ... (the word after "1: ")
-	NodeGUID     string // a088:c203:0012:3a40
-	SysImageGUID string
-	FirmwareVer  string // as the kernel prints it, e.g. 28.39.2048
-	HCAType      string // MT4129
-	BoardID      string
-	NodeDesc     string
-
-	// Model is a marketing name from the PCI ID table, else HCAType.
-	Model string
+	Identity
 
 	Ports []Port // sorted by Number
 
@@ -122,6 +113,20 @@ type HCA struct {
 
 	// Warnings name the files that were missing or garbled.
 	Warnings []string
+}
+
+// Identity is what the device's own files say it is (class/infiniband/<dev>).
+type Identity struct {
+	NodeType     string // "CA", "RNIC", ... (the word after "1: ")
+	NodeGUID     string // a088:c203:0012:3a40
+	SysImageGUID string
+	FirmwareVer  string // as the kernel prints it, e.g. 28.39.2048
+	HCAType      string // MT4129
+	BoardID      string
+	NodeDesc     string
+
+	// Model is a marketing name from the PCI ID table, else HCAType.
+	Model string
 }
 
 // Port is one port of an HCA.
