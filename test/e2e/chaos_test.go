@@ -11,11 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rdma-dra/rdma-dra-driver/test/node"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 // TestRealNodeRestartChaos: seeded random SIGKILLs of the kubelet,

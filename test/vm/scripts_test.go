@@ -69,3 +69,8 @@ func scriptFiles(dir string, names ...string) ([]GuestFile, error) {
 	}
 	return files, nil
 }
+
+// shCommand is a container's command running testdata/name with args.
+func shCommand(name string, args ...string) []string {
+	return append([]string{"sh", "-c", scriptText(name), name}, args...)
+}

@@ -15,14 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	resourceapi "k8s.io/api/resource/v1"
 	healthpb "k8s.io/kubelet/pkg/apis/dra-health/v1"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 // portBound separates the fast path (kernel events and the 250 ms port
