@@ -11,13 +11,16 @@ import (
 
 var typeMeta = metav1.TypeMeta{APIVersion: APIVersion, Kind: Kind}
 
-func TestDecode(t *testing.T) {
-	tests := []struct {
-		name    string
-		in      string
-		want    *HcaConfig
-		wantErr string // substring; "" means success
-	}{
+// decodeCase is a document Decode reads and what it must make of it.
+type decodeCase struct {
+	name    string
+	in      string
+	want    *HcaConfig
+	wantErr string // substring; "" means success
+}
+
+func decodeCases() []decodeCase {
+	return []decodeCase{
 		{
 			name: "both fields",
 			in:   `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","managementDevices":true,"env":false}`,
@@ -229,7 +232,10 @@ func TestDecode(t *testing.T) {
 			wantErr: `env: want a boolean, got "maybe"`,
 		},
 	}
-	for _, tt := range tests {
+}
+
+func TestDecode(t *testing.T) {
+	for _, tt := range decodeCases() {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Decode([]byte(tt.in))
 			if tt.wantErr != "" {
