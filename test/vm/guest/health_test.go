@@ -63,25 +63,7 @@ func TestPortDownTaintAndHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type report struct {
-		at     time.Time
-		health map[string]healthpb.HealthStatus
-	}
-	reports := make(chan report, 64)
-	go func() {
-		for {
-			r, err := stream.Recv()
-			if err != nil {
-				close(reports)
-				return
-			}
-			m := map[string]healthpb.HealthStatus{}
-			for _, d := range r.Devices {
-				m[d.GetDevice().GetDeviceName()] = d.Health
-			}
-			reports <- report{time.Now(), m}
-		}
-	}()
+	reports := healthReports(stream)
 	// The first report: every device healthy.
 	select {
 	case r, ok := <-reports:
@@ -163,4 +145,31 @@ func TestPortDownTaintAndHealth(t *testing.T) {
 			t.Errorf("eth1 %s: taint after %v, health after %v: later than %v, so not by the port watcher or kernel events", step.state, taintAfter, healthAfter, portBound)
 		}
 	}
+}
+
+// healthReport is one NodeWatchResources answer: when it came, the health of
+// each device by name.
+type healthReport struct {
+	at     time.Time
+	health map[string]healthpb.HealthStatus
+}
+
+// healthReports passes on the stream's reports until it ends.
+func healthReports(stream healthpb.DRAResourceHealth_NodeWatchResourcesClient) <-chan healthReport {
+	reports := make(chan healthReport, 64)
+	go func() {
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				close(reports)
+				return
+			}
+			m := map[string]healthpb.HealthStatus{}
+			for _, d := range r.Devices {
+				m[d.GetDevice().GetDeviceName()] = d.Health
+			}
+			reports <- healthReport{time.Now(), m}
+		}
+	}()
+	return reports
 }
