@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -19,6 +17,8 @@ import (
 	"k8s.io/component-helpers/apimachinery/lease"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 const (

@@ -7,13 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 // world is an in-process control plane around one simulated dgx-h100 node

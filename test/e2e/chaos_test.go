@@ -11,11 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rdma-dra/rdma-dra-driver/test/node"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 // TestRealNodeRestartChaos: seeded random SIGKILLs of the kubelet,
@@ -30,22 +29,7 @@ import (
 // CDI spec. RDMA_CHAOS_SEED repeats a run, RDMA_CHAOS_ROUNDS changes its
 // length (default 50).
 func TestRealNodeRestartChaos(t *testing.T) {
-	seed := time.Now().UnixNano()
-	if s := os.Getenv("RDMA_CHAOS_SEED"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			t.Fatalf("RDMA_CHAOS_SEED=%q: %v", s, err)
-		}
-		seed = v
-	}
-	rounds := 50
-	if s := os.Getenv("RDMA_CHAOS_ROUNDS"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v < 1 {
-			t.Fatalf("RDMA_CHAOS_ROUNDS=%q: want a positive number", s)
-		}
-		rounds = v
-	}
+	seed, rounds := chaosSeedAndRounds(t)
 	t.Logf("restart chaos: seed %d, %d rounds (RDMA_CHAOS_SEED=%d repeats them)", seed, rounds, seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 
@@ -59,35 +43,7 @@ func TestRealNodeRestartChaos(t *testing.T) {
 	stream := w.startStream("c", 3, 4*time.Minute, streamClaim)
 	kills := map[string]int{}
 	var doubles []string
-	sample := func(round int) {
-		// The API: no device in two allocated claims.
-		l, err := w.cp.Client.ResourceV1().ResourceClaims("default").List(w.ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		owner := map[string]string{}
-		for _, c := range l.Items {
-			if c.Status.Allocation == nil {
-				continue
-			}
-			for _, r := range c.Status.Allocation.Devices.Results {
-				if o, dup := owner[r.Device]; dup {
-					doubles = append(doubles, fmt.Sprintf("round %d: %s allocated to claims %s and %s", round, r.Device, o, c.Name))
-				}
-				owner[r.Device] = c.Name
-			}
-		}
-		// The driver's checkpoint: no device prepared for two claims.
-		prepared := map[string]string{}
-		for uid, c := range w.checkpoint(t).Claims {
-			for _, d := range c.Devices {
-				if o, dup := prepared[d.Device]; dup {
-					doubles = append(doubles, fmt.Sprintf("round %d: %s prepared for claims %s and %s", round, d.Device, o, uid))
-				}
-				prepared[d.Device] = uid
-			}
-		}
-	}
+	sample := func(round int) { doubles = append(doubles, w.doubles(t, round)...) }
 	for round := 1; round <= rounds; round++ {
 		victim := []string{"kubelet", "containerd", "driver"}[rng.IntN(3)]
 		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
@@ -158,6 +114,62 @@ func TestRealNodeRestartChaos(t *testing.T) {
 	t.Logf("restart chaos figures: seed %d, %d rounds (%s) in %s; pods started %d (2 holders, %d stream), ran %d (exit status lost to containerd %d), starts lost to containerd %d; claims prepared %d; leaks %d, double %d",
 		seed, rounds, strings.Join(byVictim, ", "), time.Since(begin).Round(time.Second), 2+stream.created, stream.created, 2+stream.succeeded,
 		stream.lostExits, stream.lostStarts, 2+stream.succeeded, len(w.checkpoint(t).Claims)+len(w.specFiles()), len(doubles))
+}
+
+// chaosSeedAndRounds are RDMA_CHAOS_SEED (default: the clock) and
+// RDMA_CHAOS_ROUNDS (default 50).
+func chaosSeedAndRounds(t *testing.T) (int64, int) {
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("RDMA_CHAOS_SEED"); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("RDMA_CHAOS_SEED=%q: %v", s, err)
+		}
+		seed = v
+	}
+	rounds := 50
+	if s := os.Getenv("RDMA_CHAOS_ROUNDS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			t.Fatalf("RDMA_CHAOS_ROUNDS=%q: want a positive number", s)
+		}
+		rounds = v
+	}
+	return seed, rounds
+}
+
+// doubles are the devices allocated to two claims in the API or prepared
+// for two claims in the driver's checkpoint.
+func (w *realWorld) doubles(t *testing.T, round int) []string {
+	var doubles []string
+	// The API: no device in two allocated claims.
+	l, err := w.cp.Client.ResourceV1().ResourceClaims("default").List(w.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := map[string]string{}
+	for _, c := range l.Items {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if o, dup := owner[r.Device]; dup {
+				doubles = append(doubles, fmt.Sprintf("round %d: %s allocated to claims %s and %s", round, r.Device, o, c.Name))
+			}
+			owner[r.Device] = c.Name
+		}
+	}
+	// The driver's checkpoint: no device prepared for two claims.
+	prepared := map[string]string{}
+	for uid, c := range w.checkpoint(t).Claims {
+		for _, d := range c.Devices {
+			if o, dup := prepared[d.Device]; dup {
+				doubles = append(doubles, fmt.Sprintf("round %d: %s prepared for claims %s and %s", round, d.Device, o, uid))
+			}
+			prepared[d.Device] = uid
+		}
+	}
+	return doubles
 }
 
 // driverPid is the host pid of the driver's running container, waiting

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -21,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 // renderChart renders the Helm chart with the Helm Go SDK (test/helmrender,

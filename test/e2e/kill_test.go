@@ -190,22 +190,7 @@ func ourFiles(t *testing.T, dir string) []string {
 // RDMA_DRA_KILLS sets the number of kills (default 50; the check
 // is 1,000), RDMA_DRA_KILL_SEED the seed (printed).
 func TestSIGKILLLeavesNoFiles(t *testing.T) {
-	kills := 50
-	if v := os.Getenv("RDMA_DRA_KILLS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("RDMA_DRA_KILLS=%q: want a number of kills", v)
-		}
-		kills = n
-	}
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("RDMA_DRA_KILL_SEED"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("RDMA_DRA_KILL_SEED=%q: %v", v, err)
-		}
-		seed = n
-	}
+	kills, seed := killsAndSeed(t)
 	t.Logf("%d kills, seed %d (RDMA_DRA_KILL_SEED=%d repeats it)", kills, seed, seed)
 	r := rand.New(rand.NewPCG(seed, 0))
 
@@ -234,34 +219,7 @@ func TestSIGKILLLeavesNoFiles(t *testing.T) {
 		stopped := make(chan struct{})
 		go func() {
 			defer close(stopped)
-			wr := rand.New(rand.NewPCG(seed, uint64(k)+1))
-			for {
-				select {
-				case <-killed:
-					return
-				default:
-				}
-				c, op := s.next(wr)
-				if c == nil {
-					runtime.Gosched()
-					continue
-				}
-				err, refusal := s.call(dra, c, op)
-				if refusal != "" {
-					s.mu.Lock()
-					s.refused++
-					s.mu.Unlock()
-					t.Errorf("kill %d: %s of %s refused: %s", k, op, c.Name, refusal)
-					s.done(c, op, nil)
-					continue
-				}
-				select {
-				case <-killed:
-					err = fmt.Errorf("killed") // its answer may not have been the daemon's last word
-				default:
-				}
-				s.done(c, op, err)
-			}
+			s.callUntilKilled(t, dra, k, rand.New(rand.NewPCG(seed, uint64(k)+1)), killed)
 		}()
 		time.Sleep(time.Duration(r.IntN(100_000)) * time.Microsecond)
 		close(killed)
@@ -317,5 +275,59 @@ func TestSIGKILLLeavesNoFiles(t *testing.T) {
 	}
 	if s.prepares == 0 || s.interrupted == 0 {
 		t.Errorf("the kills never met a call (%d prepares, %d interrupted): the test shows nothing", s.prepares, s.interrupted)
+	}
+}
+
+// killsAndSeed are RDMA_DRA_KILLS (default 50) and RDMA_DRA_KILL_SEED
+// (default: the clock).
+func killsAndSeed(t *testing.T) (int, uint64) {
+	kills := 50
+	if v := os.Getenv("RDMA_DRA_KILLS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("RDMA_DRA_KILLS=%q: want a number of kills", v)
+		}
+		kills = n
+	}
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("RDMA_DRA_KILL_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("RDMA_DRA_KILL_SEED=%q: %v", v, err)
+		}
+		seed = n
+	}
+	return kills, seed
+}
+
+// callUntilKilled plays the kubelet until killed: the next call wr picks,
+// over and over; a call the kill may have cut short stays in doubt.
+func (s *killState) callUntilKilled(t *testing.T, dra drapb.DRAPluginClient, k int, wr *rand.Rand, killed <-chan struct{}) {
+	for {
+		select {
+		case <-killed:
+			return
+		default:
+		}
+		c, op := s.next(wr)
+		if c == nil {
+			runtime.Gosched()
+			continue
+		}
+		err, refusal := s.call(dra, c, op)
+		if refusal != "" {
+			s.mu.Lock()
+			s.refused++
+			s.mu.Unlock()
+			t.Errorf("kill %d: %s of %s refused: %s", k, op, c.Name, refusal)
+			s.done(c, op, nil)
+			continue
+		}
+		select {
+		case <-killed:
+			err = fmt.Errorf("killed") // its answer may not have been the daemon's last word
+		default:
+		}
+		s.done(c, op, err)
 	}
 }

@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -27,6 +25,7 @@ import (
 
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
 	"github.com/rdma-dra/rdma-dra-driver/test/node"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 // Both legacy routes of rdma/hca on one node, ACK's example Job unchanged

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 // TestRealNodeReboot reboots the real node with claims prepared: the

@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -28,6 +26,7 @@ import (
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 func TestRealNodeScenarios(t *testing.T) {

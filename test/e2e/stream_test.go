@@ -17,11 +17,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 // streamKind is what a stream pod asks for.
@@ -176,7 +176,8 @@ func (s *podStream) one() {
 		}
 	}()
 	var p *corev1.Pod
-	lost := ""
+	var startErr string
+	startFailedNow := false
 	err := poll.Until(ctx, name+" to finish", 250*time.Millisecond, s.timeout, func(ctx context.Context) (bool, string, error) {
 		got, err := c.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -189,14 +190,13 @@ func (s *podStream) one() {
 		// A start that failed leaves the pod Pending (restartPolicy Never)
 		// or, when containerd was killed while the container started and
 		// ran, Failed with reason StartError.
-		if why, failed := startFailed(p); failed {
-			lost = why
+		if startErr, startFailedNow = startFailed(p); startFailedNow {
 			return true, "", nil
 		}
 		return false, fmt.Sprintf("%s %+v", p.Status.Phase, p.Status.ContainerStatuses), nil
 	})
-	if lost != "" {
-		s.lostToRuntime(name, phase, lost, created)
+	if startFailedNow {
+		s.lostToRuntime(name, phase, startErr, created)
 		return
 	}
 	if err != nil {

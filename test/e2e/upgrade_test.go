@@ -24,8 +24,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -35,6 +33,7 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
 	"github.com/rdma-dra/rdma-dra-driver/test/node"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 // driverRelease is a built release: its chart and its image.
@@ -526,7 +525,6 @@ func (u *upgradeRun) upgradeAndRollBack(t *testing.T) {
 
 // noDoublePrepare adds up the daemons' prepares.
 func (u *upgradeRun) noDoublePrepare(t *testing.T) {
-	w := u.w
 	// No claim prepared twice: every daemon's successful prepares add up to
 	// one per claim (the long pods' and each stream pod's own). The two
 	// daemons of a rolling update never both serve: each one's calls end
@@ -597,7 +595,7 @@ func (u *upgradeRun) uninstallWithPodsRunning(t *testing.T) {
 	w.keepSeeing(t, u.names, u.ids, w.lastTicks(t, u.names), u.want)
 	w.checkPrepared(t, u.longUIDs) // the running pods' claims stay prepared
 	// A pod ends while no driver runs: its claim waits, prepared.
-	u.exclUID, _ := w.longClaim(t, "excl")
+	u.exclUID, _ = w.longClaim(t, "excl")
 	if err := w.cp.Client.CoreV1().Pods("default").Delete(w.ctx, "excl", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -622,7 +620,7 @@ func (u *upgradeRun) reinstall(t *testing.T) {
 	})
 	rest := slices.DeleteFunc(slices.Clone(u.names), func(n string) bool { return n == "excl" })
 	w.keepSeeing(t, rest, map[string]string{"legacy": u.ids["legacy"], "shared-a": u.ids["shared-a"], "shared-b": u.ids["shared-b"]}, w.lastTicks(t, rest), u.want)
-	w.checkPrepared(t, slices.DeleteFunc(slices.Clone(u.longUIDs), func(u string) bool { return u == u.exclUID }))
+	w.checkPrepared(t, slices.DeleteFunc(slices.Clone(u.longUIDs), func(uid string) bool { return uid == u.exclUID }))
 	w.realClaimPod(t, "after-reinstall", true, "ls /dev/infiniband")
 	w.waitPhase(t, corev1.PodSucceeded, "after-reinstall")
 	w.reset(t)

@@ -6,6 +6,7 @@ package node
 import (
 	"bufio"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"net"
@@ -17,10 +18,15 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
+
+// holderSh holds the node's namespaces (its header says its arguments).
+//
+//go:embed testdata/holder.sh
+var holderSh string
 
 // startNamespaces starts the holder: a shell in a new mount and network
 // namespace that bind-mounts the work dir over the node's paths, brings up
@@ -31,10 +37,13 @@ func (n *Node) startNamespaces(sharedNetwork bool) error {
 	if err != nil {
 		return err
 	}
-	var script strings.Builder
-	script.WriteString("set -e\n")
+	shared := "0"
+	if sharedNetwork {
+		shared = "1"
+	}
+	args := []string{shared, n.IP, svcIP}
 	for _, m := range [][2]string{{"var-lib", "/var/lib"}, {"var-log", "/var/log"}, {"run", "/run"}, {"opt", "/opt"}} {
-		fmt.Fprintf(&script, "mount --bind %q %q\n", filepath.Join(n.Dir, m[0]), m[1])
+		args = append(args, filepath.Join(n.Dir, m[0]), m[1])
 	}
 	// The kubelet sets these unless they already hold its values.
 	for _, s := range []struct{ path, value string }{
@@ -49,19 +58,15 @@ func (n *Node) startNamespaces(sharedNetwork bool) error {
 		if err := os.WriteFile(file, []byte(s.value+"\n"), 0o644); err != nil {
 			return err
 		}
-		fmt.Fprintf(&script, "mount --bind %q %q\n", file, "/proc/sys/"+s.path)
+		args = append(args, file, "/proc/sys/"+s.path)
 	}
 	unshare := []string{"--mount", "--net"}
 	if sharedNetwork {
 		// The node's IP is already an address of the namespace.
 		unshare = unshare[:1]
-		fmt.Fprintf(&script, "ip addr add %s/32 dev lo\n", svcIP)
-	} else {
-		fmt.Fprintf(&script, "ip link set lo up\nip addr add %s/32 dev lo\nip addr add %s/32 dev lo\n", n.IP, svcIP)
 	}
-	script.WriteString("echo ready\nexec cat >/dev/null\n")
-
-	cmd := exec.Command("unshare", append(unshare, "--propagation", "private", "--", "/bin/sh", "-c", script.String())...)
+	unshare = append(unshare, "--propagation", "private", "--", "/bin/sh", "-c", holderSh, "holder.sh")
+	cmd := exec.Command("unshare", append(unshare, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	in, err := cmd.StdinPipe()
 	if err != nil {

@@ -25,9 +25,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 // Options for Start.

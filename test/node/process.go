@@ -17,10 +17,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 // process is one component running in the node's namespaces.

@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -30,6 +28,7 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
 	"github.com/rdma-dra/rdma-dra-driver/test/node"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 // BenchmarkPodStart: PODSTART_PODS pods (default 50) per route, one at a

@@ -23,8 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -37,6 +35,7 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 const (

@@ -732,7 +732,7 @@ func (m *multiNode) nodePod(name, nodeName string, netAdmin bool, script string,
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PodSpec{NodeName: nodeName, HostNetwork: true, RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{Name: "c", Image: node.BusyboxImage, ImagePullPolicy: corev1.PullNever,
-				Command: append([]string{"sh", "-c", scriptText(script), script}, args...), SecurityContext: caps,
+				Command: shCommand(script, args...), SecurityContext: caps,
 				VolumeMounts: []corev1.VolumeMount{{Name: "cdi", MountPath: "/node/cdi", ReadOnly: true},
 					{Name: "plugin", MountPath: "/node/plugin", ReadOnly: true}}}},
 			Volumes: []corev1.Volume{

@@ -19,12 +19,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -33,6 +32,7 @@ import (
 
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
 	"github.com/rdma-dra/rdma-dra-driver/test/node"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 	"github.com/rdma-dra/rdma-dra-driver/test/vm/nodeguest"
 )
 
@@ -243,10 +243,7 @@ func (v *vmCluster) installDriver() {
 // for two verbs contexts.
 func (v *vmCluster) limits() {
 	t := v.t
-	script := `cg=$(cut -d: -f3 /proc/self/cgroup)
-{ echo "rdma.max: $(grep rxe0 /sys/fs/cgroup${cg%/}/rdma.max)"
-  RDMA_DRA_VM_HELPER=uverbs-contexts UVERBS=$(ls /dev/infiniband/uverbs*) N=2 ` + guestNodeTest + ` 2>&1
-  echo "contexts exit $?"; } > /dev/termination-log; cat /dev/termination-log`
+	script := shCommand("contexts.sh", guestNodeTest)
 	limited := v.claimPod("limited", node.BusyboxImage, script, map[string]int64{"hcaHandles": 1})
 	unlimited := v.claimPod("unlimited", node.BusyboxImage, script, nil)
 	msgs := v.terminationMessages(limited, unlimited)
@@ -275,13 +272,8 @@ func (v *vmCluster) limits() {
 func (v *vmCluster) pingpong() {
 	t := v.t
 	const port = 18515
-	pingpong := fmt.Sprintf("ibv_rc_pingpong -d rxe0 -g \"$NCCL_IB_GID_INDEX\" -p %d -n 500 -s 4096", port)
-	head := `echo "NCCL_IB_GID_INDEX=$NCCL_IB_GID_INDEX devices: $(ls /dev/infiniband | tr '\n' ' ')"
-o=$(ibv_devinfo -d rxe1 2>&1); echo "rxe1 (not claimed): exit $? $(echo "$o" | tail -n 1)"
-`
-	server := v.claimPod("pp-server", ToolsImageName, `{ `+head+pingpong+` 2>&1; echo "pingpong exit $?"; } > /dev/termination-log`, nil)
-	client := v.claimPod("pp-client", ToolsImageName, fmt.Sprintf(`{ `+head+`for i in $(seq 600); do grep -q ':%04X 00000000:0000 0A' /proc/net/tcp && break; sleep 0.1; done
-%s 127.0.0.1 2>&1; echo "pingpong exit $?"; } > /dev/termination-log`, port, pingpong), nil)
+	server := v.claimPod("pp-server", ToolsImageName, shCommand("pingpong-pod.sh", strconv.Itoa(port)), nil)
+	client := v.claimPod("pp-client", ToolsImageName, shCommand("pingpong-pod.sh", strconv.Itoa(port), "127.0.0.1"), nil)
 	msgs := v.terminationMessages(server, client)
 	transfer := regexp.MustCompile(`(\d+) bytes in ([\d.]+) seconds = ([\d.]+) Mbit/sec`)
 	for _, pod := range []string{server, client} {
@@ -422,7 +414,7 @@ func (v *vmCluster) wait(what string, d time.Duration, cond func() (bool, string
 // claimPod creates a claim for rxe0 (the HCA on eth0) consuming the given capacities and a
 // hostNetwork pod running script in image with it; the guest's test binary is at
 // the same path in the container (hostPath), for its uverbs helper.
-func (v *vmCluster) claimPod(name, image, script string, consume map[string]int64) string {
+func (v *vmCluster) claimPod(name, image string, command []string, consume map[string]int64) string {
 	v.t.Helper()
 	req := &resourceapi.ExactDeviceRequest{DeviceClassName: "hca." + driverName,
 		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
@@ -445,7 +437,7 @@ func (v *vmCluster) claimPod(name, image, script string, consume map[string]int6
 			HostNetwork:   true,
 			RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{Name: "c", Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
-				Command:         []string{"sh", "-c", script},
+				Command:         command,
 				SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"IPC_LOCK"}}},
 				Resources:       corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "hca"}}},
 				VolumeMounts:    []corev1.VolumeMount{{Name: "guest", MountPath: filepath.Dir(guestNodeTest), ReadOnly: true}}}},

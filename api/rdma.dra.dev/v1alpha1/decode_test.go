@@ -14,14 +14,17 @@ var typeMeta = metav1.TypeMeta{APIVersion: APIVersion, Kind: Kind}
 // minimal is the smallest valid config.
 const minimal = `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig"}`
 
-func TestDecode(t *testing.T) {
-	tests := []struct {
-		name    string
-		in      string
-		yaml    bool // for DecodeYAML only; JSON goes to both
-		want    *HcaConfig
-		wantErr string // substring; "" means success
-	}{
+// decodeCase is a document Decode reads and what it must make of it.
+type decodeCase struct {
+	name    string
+	in      string
+	yaml    bool // for DecodeYAML only; JSON goes to both
+	want    *HcaConfig
+	wantErr string // substring; "" means success
+}
+
+func decodeCases() []decodeCase {
+	return []decodeCase{
 		{
 			name: "both fields",
 			in:   `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","managementDevices":true,"env":false}`,
@@ -279,7 +282,10 @@ func TestDecode(t *testing.T) {
 			wantErr: "want at most 10240",
 		},
 	}
-	for _, tt := range tests {
+}
+
+func TestDecode(t *testing.T) {
+	for _, tt := range decodeCases() {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := DecodeYAML([]byte(tt.in))
 			checkDecoded(t, "DecodeYAML", tt.in, got, err, tt.want, tt.wantErr)

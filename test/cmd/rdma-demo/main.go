@@ -26,8 +26,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -38,6 +36,7 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
 	"github.com/rdma-dra/rdma-dra-driver/test/cluster"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 const nodeName = "dgx01"

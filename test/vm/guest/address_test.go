@@ -13,9 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 func TestAddressEventsUpdateGIDs(t *testing.T) {

@@ -15,14 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	resourceapi "k8s.io/api/resource/v1"
 	healthpb "k8s.io/kubelet/pkg/apis/dra-health/v1"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 // portBound separates the fast path (kernel events and the 250 ms port
@@ -64,25 +63,7 @@ func TestPortDownTaintAndHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type report struct {
-		at     time.Time
-		health map[string]healthpb.HealthStatus
-	}
-	reports := make(chan report, 64)
-	go func() {
-		for {
-			r, err := stream.Recv()
-			if err != nil {
-				close(reports)
-				return
-			}
-			m := map[string]healthpb.HealthStatus{}
-			for _, d := range r.Devices {
-				m[d.GetDevice().GetDeviceName()] = d.Health
-			}
-			reports <- report{time.Now(), m}
-		}
-	}()
+	reports := healthReports(stream)
 	// The first report: every device healthy.
 	select {
 	case r, ok := <-reports:
@@ -164,4 +145,31 @@ func TestPortDownTaintAndHealth(t *testing.T) {
 			t.Errorf("eth1 %s: taint after %v, health after %v: later than %v, so not by the port watcher or kernel events", step.state, taintAfter, healthAfter, portBound)
 		}
 	}
+}
+
+// healthReport is one NodeWatchResources answer: when it came, the health of
+// each device by name.
+type healthReport struct {
+	at     time.Time
+	health map[string]healthpb.HealthStatus
+}
+
+// healthReports passes on the stream's reports until it ends.
+func healthReports(stream healthpb.DRAResourceHealth_NodeWatchResourcesClient) <-chan healthReport {
+	reports := make(chan healthReport, 64)
+	go func() {
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				close(reports)
+				return
+			}
+			m := map[string]healthpb.HealthStatus{}
+			for _, d := range r.Devices {
+				m[d.GetDevice().GetDeviceName()] = d.Health
+			}
+			reports <- healthReport{time.Now(), m}
+		}
+	}()
+	return reports
 }

@@ -21,12 +21,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 	"github.com/rdma-dra/rdma-dra-driver/test/vm/uverbs"
 )
 

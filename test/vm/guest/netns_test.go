@@ -17,10 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 const helperEnv = "RDMA_DRA_VM_HELPER"

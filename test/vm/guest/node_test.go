@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdma-dra/rdma-dra-driver/test/poll"
-
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +32,7 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/kevents"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmanl"
+	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 )
 
 const (

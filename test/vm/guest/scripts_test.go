@@ -6,7 +6,7 @@ import (
 )
 
 // The shell the guest's containers run, each file with its inputs as
-// arguments (its header says which); vm's TestScriptsParse checks them.
+// arguments (its header says which); hygiene's TestScriptsParse checks them.
 //
 //go:embed testdata/*.sh
 var scripts embed.FS
