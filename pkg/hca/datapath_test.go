@@ -12,22 +12,39 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 )
 
-func TestDataPath(t *testing.T) {
-	pci := func(sys, bdf, name string) string { return filepath.Join(sys, "bus", "pci", "devices", bdf, name) }
-	write := func(t *testing.T, path string, b []byte) {
-		t.Helper()
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+func pciFile(sys, bdf, name string) string {
+	return filepath.Join(sys, "bus", "pci", "devices", bdf, name)
+}
+
+func writeFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
-	read := func(t *testing.T, path string) []byte {
-		t.Helper()
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return b
+}
+
+// dataPathCase is a preset, possibly changed, and the data path discovery
+// must find for one of its HCAs.
+type dataPathCase struct {
+	name, preset, hca string
+	mutate            func(t *testing.T, sys string)
+	want              *hca.DataPath
+	// reasonHas, when set, replaces the comparison of GPUDirectReason
+	// (a sentence) with words it must hold.
+	reasonHas []string
+	warnHas   []string // in the HCA's or the node's warnings
+}
+
+func dataPathCases() []dataPathCase {
 	gb300Ready := &hca.DataPath{Function: "0008:03:00.0", DataDirect: true, PCIeRoot: "pci0008:00",
 		GPUs: []string{"0008:06:00.0"}, GPULink: hca.GPULinkSwitch, Shared: "0008:01:00.0",
 		Board: "MT2516X00000", Product: "NVIDIA ConnectX-8 SuperNIC, 800Gb/s XDR IB",
@@ -41,15 +58,7 @@ func TestDataPath(t *testing.T) {
 	pfOnly := &hca.DataPath{Function: "0000:01:00.0", PCIeRoot: "pci0000:00",
 		GPUs: []string{"0008:06:00.0", "0009:06:00.0"}, GPULink: hca.GPULinkNUMA,
 		Board: "MT2516X00000", Product: "NVIDIA ConnectX-8 SuperNIC, 800Gb/s XDR IB"}
-	for _, tc := range []struct {
-		name, preset, hca string
-		mutate            func(t *testing.T, sys string)
-		want              *hca.DataPath
-		// wantCause, when set, replaces the comparison of GPUDirectReason
-		// (a sentence) with words it must hold.
-		reasonHas []string
-		warnHas   []string // in the HCA's or the node's warnings
-	}{{
+	return []dataPathCase{{
 		name: "gb300: the Data Direct function beside its GPU", preset: "gb300", hca: "mlx5_0", want: gb300Ready,
 	}, {
 		name: "gb300-acs-bad: requests redirected, IOMMU groups split", preset: "gb300-acs-bad", hca: "mlx5_0",
@@ -80,25 +89,25 @@ func TestDataPath(t *testing.T) {
 	}, {
 		name: "garbled PF VPD: today's answer and the file named", preset: "gb300", hca: "mlx5_0",
 		mutate: func(t *testing.T, sys string) {
-			path := pci(sys, "0000:01:00.0", "vpd")
-			write(t, path, read(t, path)[:20])
+			path := pciFile(sys, "0000:01:00.0", "vpd")
+			writeFile(t, path, readFile(t, path)[:20])
 		},
 		want:    func() *hca.DataPath { dp := *pfOnly; dp.Board, dp.Product = "", ""; return &dp }(),
 		warnHas: []string{"0000:01:00.0/vpd: byte 0: resource 0x82 of 42 bytes runs past the end (20)", "taken to be the PF"},
 	}, {
 		name: "VPD checksum wrong", preset: "gb300", hca: "mlx5_0",
 		mutate: func(t *testing.T, sys string) {
-			path := pci(sys, "0000:01:00.0", "vpd")
-			b := read(t, path)
+			path := pciFile(sys, "0000:01:00.0", "vpd")
+			b := readFile(t, path)
 			b[len(b)-2]++ // the RV checksum byte
-			write(t, path, b)
+			writeFile(t, path, b)
 		},
 		want:    func() *hca.DataPath { dp := *pfOnly; dp.Board, dp.Product = "", ""; return &dp }(),
 		warnHas: []string{"0000:01:00.0/vpd: VPD-R at byte", "checksum (RV) does not match"},
 	}, {
 		name: "two Data Direct functions claim one card", preset: "gb300", hca: "mlx5_0",
 		mutate: func(t *testing.T, sys string) {
-			write(t, pci(sys, "0009:03:00.0", "vpd"), read(t, pci(sys, "0008:03:00.0", "vpd")))
+			writeFile(t, pciFile(sys, "0009:03:00.0", "vpd"), readFile(t, pciFile(sys, "0008:03:00.0", "vpd")))
 		},
 		want:    pfOnly,
 		warnHas: []string{"is carried by the Data Direct functions 0008:03:00.0, 0009:03:00.0 alike"},
@@ -107,19 +116,19 @@ func TestDataPath(t *testing.T) {
 		// enter GPU DMA by its one DMA function.
 		name: "second PF of a card", preset: "gb300", hca: "mlx5_1",
 		mutate: func(t *testing.T, sys string) {
-			write(t, pci(sys, "0002:01:00.0", "vpd"), read(t, pci(sys, "0000:01:00.0", "vpd")))
+			writeFile(t, pciFile(sys, "0002:01:00.0", "vpd"), readFile(t, pciFile(sys, "0000:01:00.0", "vpd")))
 		},
 		want: gb300Ready,
 	}, {
 		name: "PF VPD without V3", preset: "gb300", hca: "mlx5_0",
-		mutate:  func(t *testing.T, sys string) { os.Remove(pci(sys, "0000:01:00.0", "vpd")) },
+		mutate:  func(t *testing.T, sys string) { os.Remove(pciFile(sys, "0000:01:00.0", "vpd")) },
 		want:    func() *hca.DataPath { dp := *pfOnly; dp.Board, dp.Product = "", ""; return &dp }(),
 		warnHas: []string{"0000:01:00.0/vpd has no V3 keyword: 0000:01:00.0 cannot be matched to the Data Direct functions 0008:03:00.0, 0009:03:00.0, 0018:03:00.0, 0019:03:00.0"},
 	}, {
 		name: "switch port config as a non-root reader sees it", preset: "gb300", hca: "mlx5_0",
 		mutate: func(t *testing.T, sys string) {
-			path := pci(sys, "0008:02:00.0", "config")
-			write(t, path, read(t, path)[:64])
+			path := pciFile(sys, "0008:02:00.0", "config")
+			writeFile(t, path, readFile(t, path)[:64])
 		},
 		want: func() *hca.DataPath {
 			dp := *gb300Ready
@@ -132,10 +141,10 @@ func TestDataPath(t *testing.T) {
 	}, {
 		name: "switch port config whose capability list loops", preset: "gb300", hca: "mlx5_0",
 		mutate: func(t *testing.T, sys string) {
-			path := pci(sys, "0008:02:00.0", "config")
-			b := read(t, path)
+			path := pciFile(sys, "0008:02:00.0", "config")
+			b := readFile(t, path)
 			b[0x102], b[0x103] = 0x01, 0x10 // AER's next pointer: back to 0x100
-			write(t, path, b)
+			writeFile(t, path, b)
 		},
 		want: func() *hca.DataPath {
 			dp := *gb300Ready
@@ -147,7 +156,9 @@ func TestDataPath(t *testing.T) {
 		warnHas:   []string{"0008:02:00.0/config: extended capability at 0x100 points back to 0x100"},
 	}, {
 		name: "garbled GPU modalias: the GPU is not counted", preset: "gb300", hca: "mlx5_0",
-		mutate: func(t *testing.T, sys string) { write(t, pci(sys, "0008:06:00.0", "modalias"), []byte("pci:vXYZ\n")) },
+		mutate: func(t *testing.T, sys string) {
+			writeFile(t, pciFile(sys, "0008:06:00.0", "modalias"), []byte("pci:vXYZ\n"))
+		},
 		want: func() *hca.DataPath {
 			dp := *gb300Ready
 			dp.GPUs, dp.GPULink, dp.Shared, dp.ACS, dp.GPUDirect = []string{"0009:06:00.0"}, hca.GPULinkNUMA, "", nil, ""
@@ -159,7 +170,11 @@ func TestDataPath(t *testing.T) {
 		mutate:  func(t *testing.T, sys string) { os.Remove(filepath.Join(sys, "bus", "pci", "devices", "0000:01:00.0")) },
 		want:    nil,
 		warnHas: []string{"0000:01:00.0 is not listed in bus/pci/devices: its GPU data path is unknown"},
-	}} {
+	}}
+}
+
+func TestDataPath(t *testing.T) {
+	for _, tc := range dataPathCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			n := preset(t, tc.preset)
 			if tc.mutate != nil {

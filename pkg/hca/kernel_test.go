@@ -142,9 +142,10 @@ func TestDiscoverKernelListing(t *testing.T) {
 		RDMACM: &CharDevice{Name: "rdma_cm", Path: "/dev/infiniband/rdma_cm", Major: 10, Minor: 122, Exists: true},
 		HCAs: []HCA{
 			{
-				Name: "ibp12s0", NodeType: "CA", NodeGUID: "b859:9f03:00c1:7e02", SysImageGUID: "b859:9f03:00c1:7e02",
-				FirmwareVer: "20.35.1012", HCAType: "MT4123", BoardID: "MT_0000000223", NodeDesc: "gpu-node-7 ibp12s0",
-				Model: "ConnectX-6",
+				Name: "ibp12s0",
+				Identity: Identity{NodeType: "CA", NodeGUID: "b859:9f03:00c1:7e02", SysImageGUID: "b859:9f03:00c1:7e02",
+					FirmwareVer: "20.35.1012", HCAType: "MT4123", BoardID: "MT_0000000223", NodeDesc: "gpu-node-7 ibp12s0",
+					Model: "ConnectX-6"},
 				Ports: []Port{{Number: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: LinkLayerInfiniBand,
 					RateGbps: 200, Width: "4X", Speed: "HDR", LID: 0x2b, SMLID: 1, RoCEv2GIDIndex: -1,
 					GIDs: []GID{{0, "fe80:0000:0000:0000:b859:9f03:00c1:7e02", "IB/RoCE v1", ""}}}},
