@@ -33,6 +33,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/dynamic-resource-allocation/api/metadata"
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -161,6 +162,9 @@ func (m metadataFiles) encode(c checkpoint.Claim, request string, devices []kube
 func (m metadataFiles) spec(c checkpoint.Claim, request, hostPath string) (string, []byte, error) {
 	containerPath := metadata.ResourceClaimFilePath(m.driver, c.Name, request)
 	if c.PodClaimName != "" {
+		if err := checkPodClaimName(c.PodClaimName); err != nil {
+			return "", nil, err
+		}
 		containerPath = metadata.ResourceClaimTemplateFilePath(m.driver, c.PodClaimName, request)
 	}
 	name := c.UID + "_" + request
@@ -292,4 +296,14 @@ func (m metadataFiles) sweep(cp checkpoint.Checkpoint, now time.Time, minAge tim
 		}
 	}
 	return removed, errors.Join(errs...)
+}
+
+// checkPodClaimName refuses a pod-claim-name annotation that is not a pod's
+// claim name (a DNS label, as the API validates those): it becomes a path
+// in the container, and anyone who creates a claim can set it.
+func checkPodClaimName(name string) error {
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return fmt.Errorf("annotation %s=%q is not a pod claim name: %s", resourceapi.PodResourceClaimAnnotation, name, strings.Join(errs, "; "))
+	}
+	return nil
 }

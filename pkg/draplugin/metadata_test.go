@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -173,4 +174,36 @@ func equalJSON(t *testing.T, a, b any) bool {
 		t.Fatal(err)
 	}
 	return bytes.Equal(x, y)
+}
+
+// TestPodClaimNameChecked: the pod-claim-name annotation becomes a path in
+// the container, and whoever creates a claim can set it: one that is not a
+// pod claim name (a DNS label) is refused, naming the annotation, and
+// leaves no file behind; a good one, on another claim, is prepared.
+func TestPodClaimNameChecked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.cfg.DeviceMetadata = true
+	e.start()
+	for i, name := range []string{"../../../../etc", "rdma/x", "Upper", strings.Repeat("a", 64)} {
+		c := e.claim(fmt.Sprintf("odd-%d", i), hostNetworkPod(fmt.Sprintf("p%d", i), true), one("mlx5-8"))
+		c.Annotations = map[string]string{resourceapi.PodResourceClaimAnnotation: name}
+		if _, err := e.client.ResourceV1().ResourceClaims("default").Update(context.Background(), c, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r := e.prepare(c)[string(c.UID)]
+		want := fmt.Sprintf("annotation %s=%q is not a pod claim name", resourceapi.PodResourceClaimAnnotation, name)
+		if !strings.Contains(r.Error, want) {
+			t.Errorf("pod claim name %q: prepare error %q, want %q", name, r.Error, want)
+		}
+		if got := files(t, e.cdiDir); len(got) != 0 {
+			t.Errorf("pod claim name %q: CDI files left: %v", name, got)
+		}
+	}
+	c := e.claim("good", hostNetworkPod("pg", true), one("mlx5-8"))
+	c.Annotations = map[string]string{resourceapi.PodResourceClaimAnnotation: "rdma-0"}
+	if _, err := e.client.ResourceV1().ResourceClaims("default").Update(context.Background(), c, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.mustPrepare(c)
 }

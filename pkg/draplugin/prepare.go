@@ -31,6 +31,11 @@ func resolve(cfg *Config, v *view, claim *resourceapi.ResourceClaim, facts claim
 		// Set when a ResourceClaimTemplate made the claim.
 		PodClaimName: claim.Annotations[resourceapi.PodResourceClaimAnnotation],
 	}
+	if c.PodClaimName != "" {
+		if err := checkPodClaimName(c.PodClaimName); err != nil {
+			return c, err
+		}
+	}
 	alloc := claim.Status.Allocation
 	if alloc == nil {
 		return c, errors.New("it is not allocated")
