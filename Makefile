@@ -38,7 +38,10 @@ generate:
 # then the two-node VM suite.
 test: test-unit test-e2e test-vm test-multinode
 
+# go mod download first: TestGeneratedDeepCopyIsCurrent runs deepcopy-gen
+# (a tool of go.mod) offline, so its modules must be in the cache.
 test-unit:
+	$(GO) mod download
 	$(GO) test -race -count=1 ./...
 
 test-e2e:
