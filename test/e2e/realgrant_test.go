@@ -197,7 +197,17 @@ func (w *realWorld) allocatedClaim(t *testing.T, name, node string) *resourceapi
 		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
 			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}},
 	}
-	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name + "-pod", UID: types.UID(name + "-pod-uid")}}
+	// A pod that exists (the claim controller drops reservations of pods
+	// that do not) and never runs: no node matches it.
+	pod, err := w.cp.Client.CoreV1().Pods("default").Create(w.ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-pod"},
+		Spec: corev1.PodSpec{NodeSelector: map[string]string{"rdma.dra.dev/test": "no-such-node"},
+			Containers: []corev1.Container{{Name: "c", Image: "busybox", ImagePullPolicy: corev1.PullNever}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
 	if c, err = w.cp.Client.ResourceV1().ResourceClaims("default").UpdateStatus(w.ctx, c, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
