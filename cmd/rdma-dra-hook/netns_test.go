@@ -144,9 +144,12 @@ type netnsCase struct {
 }
 
 // netnsCases are TestNetns's cases.
-func netnsCases() []netnsCase {
+func netnsCases() []netnsCase { return append(netnsRoCECases(), netnsOtherCases()...) }
+
+// netnsRoCECases: a RoCE HCA and its port's netdev, moved by ifindex,
+// renamed, or refused for carrying the node's traffic.
+func netnsRoCECases() []netnsCase {
 	state := netnsState
-	eopnotsupp := &rdmanl.Error{Op: "netns move of rxe0", Err: syscall.EOPNOTSUPP}
 	inHost := map[string]string{"rdma:mlx5_0": "host"}
 	roce := func(ns string) []fakeLink { return []fakeLink{{index: 7, name: "ens1f0np0", port: 1, ns: ns}} }
 	// The HCA's netdev renamed since prepare; in the second, the old
@@ -216,6 +219,17 @@ func netnsCases() []netnsCase {
 				"another network namespace holds it",
 			wantRDMA: "host",
 		},
+	}
+}
+
+// netnsOtherCases: InfiniBand and IPoIB, stacked netdevs, containers that
+// find the HCA moved already, and what cannot be done.
+func netnsOtherCases() []netnsCase {
+	state := netnsState
+	eopnotsupp := &rdmanl.Error{Op: "netns move of rxe0", Err: syscall.EOPNOTSUPP}
+	inHost := map[string]string{"rdma:mlx5_0": "host"}
+	roce := func(ns string) []fakeLink { return []fakeLink{{index: 7, name: "ens1f0np0", port: 1, ns: ns}} }
+	return []netnsCase{
 		{
 			name: "InfiniBand: no port netdev, nothing else moves", args: []string{"netns", "--device=mlx5_0", "--move-netdevs"}, stdin: state,
 			kernel:    fakeNetns{protocol: "ib", where: inHost},

@@ -23,7 +23,10 @@ type decodeCase struct {
 	wantErr string // substring; "" means success
 }
 
-func decodeCases() []decodeCase {
+func decodeCases() []decodeCase { return append(fieldCases(), documentCases()...) }
+
+// fieldCases are about one field each: its values, its types, its YAML.
+func fieldCases() []decodeCase {
 	return []decodeCase{
 		{
 			name: "both fields",
@@ -119,6 +122,13 @@ func decodeCases() []decodeCase {
 			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","pkey":"0x8000"}`,
 			wantErr: `pkey: "0x8000" is not a partition`,
 		},
+	}
+}
+
+// documentCases are about the document as a whole: unknown, duplicate and
+// misspelt fields, kind and apiVersion, malformed input, size.
+func documentCases() []decodeCase {
+	return []decodeCase{
 		{
 			name:    "unknown field",
 			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","managmentDevices":true}`,
