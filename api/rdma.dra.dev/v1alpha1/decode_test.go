@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -23,7 +24,9 @@ type decodeCase struct {
 	wantErr string // substring; "" means success
 }
 
-func decodeCases() []decodeCase { return append(fieldCases(), documentCases()...) }
+func decodeCases() []decodeCase {
+	return slices.Concat(fieldCases(), documentCases(), malformedCases())
+}
 
 // fieldCases are about one field each: its values, its types, its YAML.
 func fieldCases() []decodeCase {
@@ -126,7 +129,7 @@ func fieldCases() []decodeCase {
 }
 
 // documentCases are about the document as a whole: unknown, duplicate and
-// misspelt fields, kind and apiVersion, malformed input, size.
+// misspelt fields, kind and apiVersion.
 func documentCases() []decodeCase {
 	return []decodeCase{
 		{
@@ -185,6 +188,12 @@ func documentCases() []decodeCase {
 			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","managementDevices":[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]}`,
 			wantErr: `managementDevices: want a boolean, got [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,…`,
 		},
+	}
+}
+
+// malformedCases are documents that are not a config at all, or too big.
+func malformedCases() []decodeCase {
+	return []decodeCase{
 		{
 			name:    "empty object",
 			in:      `{}`,
