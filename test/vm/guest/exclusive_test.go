@@ -246,12 +246,12 @@ func (f *exclusiveEnv) podOffHostNetworkRefused(t *testing.T) {
 	out := t.TempDir()
 	id := "netns-pod"
 	spec := withCDI(t, withOut(withOwnNetns(containerSpec(id, "touch", "/out/ran")), out), f.n.cdiDir, ids...)
-	if got, want := createRuntimeHooks(spec), [][]string{{f.hook, "rdma-dra-f.hook", "netns", "--device=rxe0"}}; !slices.EqualFunc(got, want, slices.Equal) {
+	if got, want := createRuntimeHooks(spec), [][]string{{f.hook, "rdma-dra-hook", "netns", "--device=rxe0"}}; !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("createRuntime hooks %q, want %q", got, want)
 	}
 	r := runContainer(t, id, spec, 60*time.Second)
-	t.Logf("runc run %s: exit %d\f.n%s", id, r.exit, r.out)
-	want := regexp.MustCompile(regexp.QuoteMeta("rdma-dra-f.hook: HCA rxe0: cannot move it into the network namespace of container "+id+" (pid ") +
+	t.Logf("runc run %s: exit %d\n%s", id, r.exit, r.out)
+	want := regexp.MustCompile(regexp.QuoteMeta("rdma-dra-hook: HCA rxe0: cannot move it into the network namespace of container "+id+" (pid ") +
 		`\d+` + regexp.QuoteMeta("): rdma netlink: netns move of rxe0: operation not supported"))
 	if r.exit == 0 || !want.MatchString(r.out) {
 		t.Errorf("runc run: exit %d; want a refusal matching %q", r.exit, want)
@@ -267,7 +267,7 @@ func (f *exclusiveEnv) podOffHostNetworkRefused(t *testing.T) {
 }
 
 func (f *exclusiveEnv) uplinkNeverMoves(t *testing.T) {
-	// The f.hook as the runtime runs it, for a container in a namespace
+	// The hook as the runtime runs it, for a container in a namespace
 	// of its own: rxe0's port netdev is eth0 (ifindex from RDMA
 	// netlink), which holds 10.0.2.15; rxe1's is eth1, here given the
 	// default route. Both are refused before anything moves; with
@@ -295,7 +295,7 @@ func (f *exclusiveEnv) uplinkNeverMoves(t *testing.T) {
 	out, err := runHook("--device=rxe0", "--node-ip=10.0.2.15")
 	want := fmt.Sprintf("HCA rxe0: refusing to move its netdev eth0 (ifindex %d, port 1) into the network namespace of container uplink", eth0.Index)
 	if err == nil || !strings.Contains(out, want) || !strings.Contains(out, "it holds the node's InternalIP 10.0.2.15") {
-		t.Errorf("rxe0 with eth0 holding the InternalIP: %v\f.n%s\nwant a refusal containing %q", err, out, want)
+		t.Errorf("rxe0 with eth0 holding the InternalIP: %v\n%s\nwant a refusal containing %q", err, out, want)
 	} else {
 		t.Logf("rxe0, eth0 holding the InternalIP: %s", strings.TrimSpace(out))
 	}
@@ -305,14 +305,14 @@ func (f *exclusiveEnv) uplinkNeverMoves(t *testing.T) {
 		defer exec.Command("ip", "route", "del", "default", "dev", "eth1").Run()
 		out, err := runHook("--device=rxe1")
 		if err == nil || !strings.Contains(out, "HCA rxe1: refusing to move its netdev eth1") || !strings.Contains(out, "it carries the node's default route") {
-			t.Errorf("rxe1 with eth1 carrying the default route: %v\f.n%s", err, out)
+			t.Errorf("rxe1 with eth1 carrying the default route: %v\n%s", err, out)
 		} else {
 			t.Logf("rxe1, eth1 carrying the default route: %s", strings.TrimSpace(out))
 		}
 	}
 	out, err = runHook("--device=rxe0", "--node-ip=10.9.9.9")
 	if err == nil || !strings.Contains(out, "HCA rxe0: cannot move it into the network namespace of container uplink") {
-		t.Errorf("rxe0 with no uplink: %v\f.n%s\nwant the kernel's refusal of the RDMA move (the checks passed)", err, out)
+		t.Errorf("rxe0 with no uplink: %v\n%s\nwant the kernel's refusal of the RDMA move (the checks passed)", err, out)
 	}
 	if devs := rdmaDevNames(t); !slices.Contains(devs, "rxe0") || !slices.Contains(devs, "rxe1") {
 		t.Errorf("rdma dev after the refusals: %v, want rxe0 and rxe1 still in the host's namespace", devs)
@@ -334,7 +334,7 @@ func (f *exclusiveEnv) hostNetworkPod(t *testing.T) {
 	}
 	r := runContainer(t, id, spec, 60*time.Second)
 	if r.exit != 0 || !strings.Contains(r.out, "PORT_ACTIVE") {
-		t.Errorf("ibv_devinfo -d rxe0 in the hostNetwork container: exit %d\f.n%s", r.exit, r.out)
+		t.Errorf("ibv_devinfo -d rxe0 in the hostNetwork container: exit %d\n%s", r.exit, r.out)
 	} else {
 		t.Logf("ibv_devinfo -d rxe0 in the hostNetwork container: exit 0, %s", firstMatch(r.out, `state:\s+\S+`))
 	}

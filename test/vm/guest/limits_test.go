@@ -166,9 +166,9 @@ func TestLimitsOnSharedRxe(t *testing.T) {
 
 func (f *limitsEnv) twoContainersWithOneHandle(t *testing.T) {
 	port := pingpongPort + 10
-	pp := fmt.Sprintf("-d rxe0 -g %d -p %d -f.n 500 -s 4096", f.gid, port)
-	// The server holds f.one context while it waits for the client; a
-	// second f.one in its container is refused, by rdma-core's
+	pp := fmt.Sprintf("-d rxe0 -g %d -p %d -n 500 -s 4096", f.gid, port)
+	// The server holds one context while it waits for the client; a
+	// second one in its container is refused, by rdma-core's
 	// ibv_devinfo and by the kernel's answer to GET_CONTEXT.
 	srvScript := shScript("limits-server.sh", pp, strconv.Itoa(port), f.uverbs)
 	var wg sync.WaitGroup
@@ -186,7 +186,7 @@ func (f *limitsEnv) twoContainersWithOneHandle(t *testing.T) {
 	if err != nil {
 		exec.Command("runc", "--root", runcRoot, "kill", "lim-server", "KILL").Run()
 		wg.Wait()
-		t.Fatalf("%v: %v\f.n%s", err, serr, sres.out)
+		t.Fatalf("%v: %v\n%s", err, serr, sres.out)
 	}
 	cliScript := shScript("limits-pingpong.sh", append(strings.Fields(pp), "10.0.2.15")...)
 	cres := runContainer(t, "lim-client", withCDI(t, withCgroupView(containerSpec("lim-client", cliScript...)), f.n.cdiDir, f.idCli...), 60*time.Second)
@@ -194,15 +194,15 @@ func (f *limitsEnv) twoContainersWithOneHandle(t *testing.T) {
 	if serr != nil {
 		t.Fatal(serr)
 	}
-	t.Logf("server container:\f.n%s", sres.out)
-	t.Logf("client container:\f.n%s", cres.out)
+	t.Logf("server container:\n%s", sres.out)
+	t.Logf("client container:\n%s", cres.out)
 	for who, o := range map[string]string{"server": sres.out, "client": cres.out} {
 		if !strings.Contains(o, "rdma.max: rxe0 hca_handle=1 hca_object=max") {
 			t.Errorf("%s: its cgroup's rdma.max is not rxe0's limit of 1 handle", who)
 		}
 	}
 	if !regexp.MustCompile(`rdma.current: rxe0 hca_handle=1 hca_object=\d+`).MatchString(sres.out) {
-		t.Errorf("server: rdma.current does not show its f.one handle in use")
+		t.Errorf("server: rdma.current does not show its one handle in use")
 	}
 	if !strings.Contains(sres.out, "second open (ibv_devinfo -d rxe0): exit 1 Failed to open device") {
 		t.Errorf("server: a second ibv_open_device in the container did not fail")
@@ -222,11 +222,11 @@ func (f *limitsEnv) twoContainersWithOneHandle(t *testing.T) {
 
 func (f *limitsEnv) unlimitedClaim(t *testing.T) {
 	port := pingpongPort + 11
-	pp := fmt.Sprintf("-d rxe0 -g %d -p %d -f.n 500 -s 4096", f.gid, port)
+	pp := fmt.Sprintf("-d rxe0 -g %d -p %d -n 500 -s 4096", f.gid, port)
 	script := shScript("limits-unlimited.sh", pp, strconv.Itoa(port), f.uverbs)
 	spec := withGuestBinary(withCgroupView(containerSpec("unlimited", script...)))
 	r := runContainer(t, "unlimited", withCDI(t, spec, f.n.cdiDir, f.idFree...), 120*time.Second)
-	t.Logf("container without limits:\f.n%s", r.out)
+	t.Logf("container without limits:\n%s", r.out)
 	if !strings.Contains(r.out, "rdma.max: rxe0 hca_handle=max hca_object=max") {
 		t.Errorf("rdma.max is not unlimited for rxe0")
 	}
@@ -239,14 +239,14 @@ func (f *limitsEnv) unlimitedClaim(t *testing.T) {
 		}
 	}
 	if m := throughput.FindAllStringSubmatch(r.out, -1); r.exit != 0 || len(m) != 2 {
-		t.Errorf("pingpong (server and client, two contexts in f.one container): exit %d", r.exit)
+		t.Errorf("pingpong (server and client, two contexts in one container): exit %d", r.exit)
 	}
 }
 
 func (f *limitsEnv) objectLimit(t *testing.T) {
-	script := shScript("limits-pingpong.sh", "-d", "rxe0", "-g", strconv.Itoa(f.gid), "-p", strconv.Itoa(pingpongPort+12), "-f.n", "5")
+	script := shScript("limits-pingpong.sh", "-d", "rxe0", "-g", strconv.Itoa(f.gid), "-p", strconv.Itoa(pingpongPort+12), "-n", "5")
 	r := runContainer(t, "lim-objects", withCDI(t, withCgroupView(containerSpec("lim-objects", script...)), f.n.cdiDir, f.idObjs...), 60*time.Second)
-	t.Logf("container with hcaObjects 2 (exit %d):\f.n%s", r.exit, r.out)
+	t.Logf("container with hcaObjects 2 (exit %d):\n%s", r.exit, r.out)
 	if !strings.Contains(r.out, "rdma.max: rxe0 hca_handle=max hca_object=2") {
 		t.Errorf("rdma.max does not hold the object limit")
 	}
@@ -258,7 +258,7 @@ func (f *limitsEnv) objectLimit(t *testing.T) {
 func (f *limitsEnv) failClosedWithoutController(t *testing.T) {
 	// A parent cgroup with a process of its own cannot enable domain
 	// controllers for its children (EBUSY); runc ignores that, so the
-	// container's cgroup has no rdma controller and the f.hook cannot
+	// container's cgroup has no rdma controller and the hook cannot
 	// set the limit.
 	parent := "/sys/fs/cgroup/nordma"
 	if err := os.Mkdir(parent, 0o755); err != nil {
@@ -283,17 +283,17 @@ func (f *limitsEnv) failClosedWithoutController(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := "lim-failclosed"
-	spec := withOut(containerSpec(id, "touch", "/f.out/failclosed-ran"), f.out)
+	spec := withOut(containerSpec(id, "touch", "/out/failclosed-ran"), f.out)
 	spec.Linux.CgroupsPath = "/nordma/" + id
 	r := runContainer(t, id, withCDI(t, spec, f.n.cdiDir, f.idSrv...), 60*time.Second)
-	t.Logf("runc run %s: exit %d\f.n%s", id, r.exit, r.out)
-	want := regexp.MustCompile(regexp.QuoteMeta("rdma-dra-f.hook: HCA rxe0: cannot set rdma.max (rxe0 hca_handle=1 hca_object=max) of container "+id+": ") +
+	t.Logf("runc run %s: exit %d\n%s", id, r.exit, r.out)
+	want := regexp.MustCompile(regexp.QuoteMeta("rdma-dra-hook: HCA rxe0: cannot set rdma.max (rxe0 hca_handle=1 hca_object=max) of container "+id+": ") +
 		`/proc/\d+/cgroup: ` + regexp.QuoteMeta("/sys/fs/cgroup/nordma/"+id+"/cgroup.controllers: the rdma controller is not enabled for this cgroup"))
 	if r.exit == 0 || !want.MatchString(r.out) {
 		t.Errorf("runc run: exit %d; want a refusal matching %q", r.exit, want)
 	}
 	if _, err := os.Stat(filepath.Join(f.out, "failclosed-ran")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the container's command ran without its limit (/f.out/failclosed-ran: %v)", err)
+		t.Errorf("the container's command ran without its limit (/out/failclosed-ran: %v)", err)
 	}
 }
 
@@ -319,22 +319,22 @@ func (f *limitsEnv) failClosedHCAGone(t *testing.T) {
 	gone := f.n.claimConsuming("lim-gone", f.one, []string{"siw9"}, "22222222-aaaa-4aaa-8aaa-000000000005")
 	ids := f.n.prepare(gone)
 	id := "lim-gone"
-	spec := withCDI(t, withOut(containerSpec(id, "touch", "/f.out/gone-ran"), f.out), f.n.cdiDir, ids...)
-	if got, want := createRuntimeHooks(spec), [][]string{{f.hook, "rdma-dra-f.hook", "limit", "--device=siw9", "--hca-handle=1", "--hca-object=max"}}; !slices.EqualFunc(got, want, slices.Equal) {
+	spec := withCDI(t, withOut(containerSpec(id, "touch", "/out/gone-ran"), f.out), f.n.cdiDir, ids...)
+	if got, want := createRuntimeHooks(spec), [][]string{{f.hook, "rdma-dra-hook", "limit", "--device=siw9", "--hca-handle=1", "--hca-object=max"}}; !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("createRuntime hooks %q, want %q", got, want)
 	}
 	command(t, "rdma", "link", "delete", "siw9")
 	deleted = true
 	r := runContainer(t, id, spec, 60*time.Second)
-	t.Logf("runc run %s after rdma link delete siw9: exit %d\f.n%s", id, r.exit, r.out)
-	want := regexp.MustCompile(regexp.QuoteMeta("rdma-dra-f.hook: HCA siw9: cannot set rdma.max (siw9 hca_handle=1 hca_object=max) of container "+id+": "+
+	t.Logf("runc run %s after rdma link delete siw9: exit %d\n%s", id, r.exit, r.out)
+	want := regexp.MustCompile(regexp.QuoteMeta("rdma-dra-hook: HCA siw9: cannot set rdma.max (siw9 hca_handle=1 hca_object=max) of container "+id+": "+
 		`writing "siw9 hca_handle=1 hca_object=max" to /sys/fs/cgroup/vmtest/`+id+"/rdma.max: the kernel has no such RDMA device (") + `[a-z ]+\)`)
-	// runc's log quotes the f.hook's stderr, escaping its quotes.
+	// runc's log quotes the hook's stderr, escaping its quotes.
 	if r.exit == 0 || !want.MatchString(strings.ReplaceAll(r.out, `\"`, `"`)) {
 		t.Errorf("runc run: exit %d; want a refusal matching %q", r.exit, want)
 	}
 	if _, err := os.Stat(filepath.Join(f.out, "gone-ran")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the container's command ran without its limit (/f.out/gone-ran: %v)", err)
+		t.Errorf("the container's command ran without its limit (/out/gone-ran: %v)", err)
 	}
 	f.n.unprepare(gone)
 }
