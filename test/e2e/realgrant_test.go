@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -159,17 +160,16 @@ func wantRefusal(t *testing.T, err error, want ...string) {
 }
 
 // daemonClient is a client with the token the kubelet projected into the
-// driver's pod (its kube-api-access volume on the node).
+// driver's container, read where the daemon reads it (through the
+// container's root: the projected volume is a tmpfs of the node's mount
+// namespace).
 func (w *realWorld) daemonClient(t *testing.T) kubernetes.Interface {
 	t.Helper()
 	pod := w.driverPod(t)
-	matches, err := filepath.Glob(filepath.Join(w.n.Dir, "var-lib", "kubelet", "pods", string(pod.UID), "volumes", "kubernetes.io~projected", "kube-api-access-*", "token"))
-	if err != nil || len(matches) != 1 {
-		t.Fatalf("the driver pod's projected token on the node: %v %v", matches, err)
-	}
-	token, err := os.ReadFile(matches[0])
+	pid := w.taskPid(t, pod.Status.ContainerStatuses[0].ContainerID)
+	token, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "root", "var/run/secrets/kubernetes.io/serviceaccount/token"))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the driver container's ServiceAccount token: %v", err)
 	}
 	cfg := rest.AnonymousClientConfig(w.cp.Config)
 	cfg.BearerToken = strings.TrimSpace(string(token))
