@@ -298,9 +298,9 @@ func snapshot(t *testing.T, dir string) map[string]string {
 	return files
 }
 
-// TestRemoveStaleTemps: the temp files of writes that never finished go
-// once old enough; a young one (another daemon writing) and other files'
-// stay.
+// TestRemoveStaleTemps: under the file lock, which every write holds while
+// its temp file exists, the temp files of writes that never finished go,
+// young or old; other files' stay.
 func TestRemoveStaleTemps(t *testing.T) {
 	s := newStore(t)
 	dir := filepath.Dir(s.Path())
@@ -317,13 +317,16 @@ func TestRemoveStaleTemps(t *testing.T) {
 		}
 	}
 	removed, err := s.RemoveStaleTemps(now.Add(-10 * time.Second))
-	if err != nil || !slices.Equal(removed, []string{filepath.Base(stale)}) {
-		t.Errorf("removed %v (%v), want [%s]", removed, err, filepath.Base(stale))
+	slices.Sort(removed)
+	if want := []string{filepath.Base(stale), filepath.Base(young)}; err != nil || !slices.Equal(removed, want) {
+		t.Errorf("removed %v (%v), want %v", removed, err, want)
 	}
-	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("the stale temp file is still there: %v", err)
+	for _, p := range []string{stale, young} {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the killed write's temp file %s is still there: %v", p, err)
+		}
 	}
-	for _, p := range []string{young, other} {
+	for _, p := range []string{other} {
 		if _, err := os.Stat(p); err != nil {
 			t.Errorf("removed %s: %v", p, err)
 		}

@@ -172,14 +172,27 @@ func (s *Store) lockFile() (func(), error) {
 }
 
 // RemoveStaleTemps removes the temp files of Saves and Updates killed
-// before their rename, last modified before olderThan: younger ones may be
-// another process's write in progress. It returns the names it removed.
+// before their rename, and returns their names. It holds the file lock, as
+// every write does while its temp file exists, so each temp it finds is a
+// killed write's, whatever its age: olderThan (the common shape of the
+// driver's sweeps) is not needed here. Another daemon's write in progress
+// finishes first.
 func (s *Store) RemoveStaleTemps(olderThan time.Time) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := os.Stat(filepath.Dir(s.path)); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	unlock, err := s.lockFile()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	pattern := tempName(s.path)
 	return atomicfile.RemoveStale(filepath.Dir(s.path), func(name string) bool {
 		ok, _ := filepath.Match(pattern, name)
 		return ok
-	}, olderThan)
+	}, time.Now().Add(time.Hour))
 }
 
 // tempName is the name pattern of Save's temp files for the checkpoint at
