@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	kwait "k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -366,18 +367,7 @@ func TestRegistrationAndPublishedSlice(t *testing.T) {
 		t.Errorf("helper registration status = %v", st)
 	}
 
-	var sl []resourceapi.ResourceSlice
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		list, err := e.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if sl = list.Items; len(sl) > 0 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	sl := waitForSlices(t, e)
 	if len(sl) != 1 {
 		t.Fatalf("got %d ResourceSlices, want 1", len(sl))
 	}
@@ -1068,17 +1058,19 @@ func TestLimitsBecomeTheHook(t *testing.T) {
 // waitForSlices waits for the driver's first publish.
 func waitForSlices(t *testing.T, e *env) []resourceapi.ResourceSlice {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		list, err := e.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+	var items []resourceapi.ResourceSlice
+	err := kwait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := e.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 		if err != nil {
-			t.Fatal(err)
+			return false, err
 		}
-		if len(list.Items) > 0 {
-			return list.Items
-		}
+		items = list.Items
+		return len(items) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("no ResourceSlice published within 10s: %v", err)
 	}
-	t.Fatal("no ResourceSlice published within 10s")
-	return nil
+	return items
 }
 
 // A claim's partition is checked against the allocated HCA's P_Key table at

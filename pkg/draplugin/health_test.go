@@ -2,6 +2,7 @@ package draplugin_test
 
 import (
 	"context"
+	"maps"
 	"path/filepath"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kwait "k8s.io/apimachinery/pkg/util/wait"
 	healthpb "k8s.io/kubelet/pkg/apis/dra-health/v1"
 )
 
@@ -92,27 +94,18 @@ func TestHealthAndTaints(t *testing.T) {
 
 func (e *env) waitSliceTaints(t *testing.T, want map[string]string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
 	var got map[string]string
-	for time.Now().Before(deadline) {
-		list, err := e.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+	err := kwait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := e.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 		if err != nil {
-			t.Fatal(err)
+			return false, err
 		}
 		got = taintsOf(list.Items)
-		if len(got) == len(want) && func() bool {
-			for k, v := range want {
-				if got[k] != v {
-					return false
-				}
-			}
-			return true
-		}() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+		return maps.Equal(got, want), nil
+	})
+	if err != nil {
+		t.Errorf("slice taints = %v, want %v (%v)", got, want, err)
 	}
-	t.Errorf("slice taints = %v, want %v", got, want)
 }
 
 func taintsOf(slices []resourceapi.ResourceSlice) map[string]string {
