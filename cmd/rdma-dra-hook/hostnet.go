@@ -37,10 +37,7 @@ func hostnet(args []string, stdin io.Reader, open func(pid int) (netnsKernel, er
 	if len(devices) == 0 {
 		return fmt.Errorf("hostnet: want at least one --device")
 	}
-	hcas := "HCA " + strings.Join(devices, ", ")
-	if len(devices) > 1 {
-		hcas = "HCAs " + strings.Join(devices, ", ")
-	}
+	hcas := hcasNamed(devices)
 	st, err := readState(stdin)
 	if err != nil {
 		return fmt.Errorf("%s: %w", hcas, err)
@@ -75,4 +72,12 @@ func containerName(st oci.State) string {
 		}
 	}
 	return "container " + st.ID
+}
+
+// hcasNamed is "HCA mlx5_0" or "HCAs mlx5_0, mlx5_1", for messages.
+func hcasNamed(devices []string) string {
+	if len(devices) > 1 {
+		return "HCAs " + strings.Join(devices, ", ")
+	}
+	return "HCA " + strings.Join(devices, ", ")
 }

@@ -85,10 +85,7 @@ func memlock(args []string, stdin io.Reader, rl rlimitSetter, log io.Writer) err
 	if err != nil {
 		return fmt.Errorf("memlock: --bytes: %w", err)
 	}
-	hcas := "HCA " + strings.Join(devices, ", ")
-	if len(devices) > 1 {
-		hcas = "HCAs " + strings.Join(devices, ", ")
-	}
+	hcas := hcasNamed(devices)
 	st, err := readState(stdin)
 	if err != nil {
 		return fmt.Errorf("%s: %w", hcas, err)
