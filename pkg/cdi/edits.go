@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -22,10 +21,6 @@ const (
 	// DefaultHostDevRoot is the host's /dev as the runtime sees it.
 	DefaultHostDevRoot = "/dev"
 
-	// nodeMode is the container node's mode. The device cgroup rule the
-	// runtime adds decides which nodes a container may open, so the node
-	// itself is open to every user in the container.
-	nodeMode os.FileMode = 0o666
 	// nodeAccess is the device cgroup access: read and write, no mknod.
 	nodeAccess = "rw"
 	// rdmaCMName is fixed: librdmacm opens /dev/infiniband/rdma_cm by name.
@@ -115,8 +110,11 @@ func (o EditOptions) hostDevRoot() string {
 // plus its MAD nodes when opts.ManagementDevices is set. Each node is
 // ContainerDevDir/<name> in the container and <HostDevRoot>/infiniband/<name>
 // on the host, a character device with the major and minor numbers
-// discovery read from sysfs, mode 0666 and device cgroup access "rw". Nodes
-// are sorted by path.
+// discovery read from sysfs, and device cgroup access "rw". Nodes are
+// sorted by path. The mode and owner are left to the runtime's CDI library:
+// it copies the host node's mode (udev's: 0666 for uverbs and rdma_cm,
+// 0600 for umad and issm) and makes the container's user, when not root,
+// the node's owner (docs/security.md, "Device nodes").
 //
 // With opts.Env it also sets RDMA_DEVICE_<IBDEV>=/dev/infiniband/uverbsN,
 // IBDEV being the ibdev name upper-cased with every character other than a
@@ -334,16 +332,15 @@ func checkCharDevice(c hca.CharDevice) error {
 	return nil
 }
 
-// deviceNode is the fully specified CDI node of c, named name.
+// deviceNode is the CDI node of c, named name: type and numbers set, the
+// mode the host node's (see DeviceEdits).
 func deviceNode(name string, c hca.CharDevice, root string) *cdispec.DeviceNode {
-	mode := nodeMode
 	return &cdispec.DeviceNode{
 		Path:        ContainerDevDir + "/" + name,
 		HostPath:    filepath.Join(root, "infiniband", name),
 		Type:        "c",
 		Major:       int64(c.Major),
 		Minor:       int64(c.Minor),
-		FileMode:    &mode,
 		Permissions: nodeAccess,
 	}
 }

@@ -1,7 +1,6 @@
 package cdi
 
 import (
-	"os"
 	"strings"
 	"testing"
 
@@ -12,10 +11,9 @@ import (
 )
 
 func node(name, hostRoot string, major, minor int64) *cdispec.DeviceNode {
-	mode := os.FileMode(0o666)
 	return &cdispec.DeviceNode{
 		Path: "/dev/infiniband/" + name, HostPath: hostRoot + "/infiniband/" + name,
-		Type: "c", Major: major, Minor: minor, FileMode: &mode, Permissions: "rw",
+		Type: "c", Major: major, Minor: minor, Permissions: "rw",
 	}
 }
 

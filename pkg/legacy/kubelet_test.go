@@ -12,12 +12,14 @@ import (
 	"testing"
 	"time"
 
+	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/klog/v2/ktesting"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi/cditest"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca/hcatest"
 )
@@ -175,6 +177,15 @@ func shortDir(t *testing.T) string {
 type env struct {
 	dir, pluginDir, cdiDir string
 	node                   *hcatest.Node
+}
+
+// wantNode is the device a container gets for the node's name: with the
+// host node's mode, which the CDI library copies, where it is a device.
+func (e *env) wantNode(name string, major, minor int64) oci.LinuxDevice {
+	if !e.node.CharDevices {
+		return cditest.Node(name, major, minor)
+	}
+	return cditest.NodeMode(name, major, minor, hcatest.NodeMode(name))
 }
 
 func newEnv(t *testing.T, preset string) *env {

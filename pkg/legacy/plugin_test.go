@@ -218,11 +218,11 @@ func TestAllocate(t *testing.T) {
 
 			// What the container gets through CDI, device by device.
 			spec := cditest.Inject(t, e.cdiDir, c.CdiDevices[0].Name)
-			wantDevs := []oci.LinuxDevice{cditest.Node("rdma_cm", 10, 58)}
+			wantDevs := []oci.LinuxDevice{e.wantNode("rdma_cm", 10, 58)}
 			wantRules := []oci.LinuxDeviceCgroup{cditest.Rule(10, 58)}
 			var names, perHCA, ucx []string
 			for _, i := range tt.hcas {
-				wantDevs = append(wantDevs, cditest.Node(fmt.Sprintf("uverbs%d", i), 231, 192+int64(i)))
+				wantDevs = append(wantDevs, e.wantNode(fmt.Sprintf("uverbs%d", i), 231, 192+int64(i)))
 				wantRules = append(wantRules, cditest.Rule(231, 192+int64(i)))
 				names = append(names, fmt.Sprintf("mlx5_%d", i))
 				perHCA = append(perHCA, fmt.Sprintf("RDMA_DEVICE_MLX5_%d=/dev/infiniband/uverbs%d", i, i))

@@ -21,7 +21,10 @@ import (
 )
 
 // limitsScript prints what the container's process holds, then waits.
-const limitsScript = `grep 'Max locked memory' /proc/self/limits; grep CapEff /proc/self/status; id -u; ls /dev/infiniband | tr '\n' ' '; echo; sleep 3600`
+// Opening each node tells a permission refusal ("Permission denied") from
+// the simulated node's missing kernel driver ("No such device").
+const limitsScript = `grep 'Max locked memory' /proc/self/limits; grep CapEff /proc/self/status; id -u; ls -ln /dev/infiniband; ` +
+	`for f in /dev/infiniband/*; do (: <> $f) 2>&1; done; ls /dev/infiniband | tr '\n' ' '; echo; echo ready; sleep 3600`
 
 // memlockClass creates a DeviceClass of every HCA whose config sets memlock.
 func (w *realWorld) memlockClass(t *testing.T, name, memlock string) {
@@ -77,15 +80,21 @@ func (w *realWorld) policyMemlock(t *testing.T) {
 	w.memlockClass(t, "memlock-4mi.rdma.dra.dev", "4Mi")
 	w.createClaim(t, "memlock-4mi", "memlock-4mi.rdma.dra.dev")
 	w.policyPod(t, "locked-4mi", true, withClaim("memlock-4mi"), restricted)
-	log := w.waitLog(t, "locked-4mi", regexp.MustCompile(`uverbs`))
+	log := w.waitLog(t, "locked-4mi", regexp.MustCompile(`(?m)^ready$`))
 	t.Logf("locked-4mi (uid 1000, capabilities dropped):\n%s", log)
 	if !regexp.MustCompile(`Max locked memory\s+4194304\s+4194304\s+bytes`).MatchString(log) || !strings.Contains(log, "CapEff:\t0000000000000000") || !strings.Contains(log, "\n1000\n") {
 		t.Errorf("locked-4mi: want memlock 4194304 (soft and hard) from its class, CapEff 0 and uid 1000; got\n%s", log)
 	}
+	// Its nodes: the host's mode (0666 from udev), owned by the container's
+	// user, opened without a permission error.
+	if !regexp.MustCompile(`crw-rw-rw-\s+1 1000\s+1000\s+231,\s+\d+ .* uverbs\d`).MatchString(log) || !regexp.MustCompile(`crw-rw-rw-\s+1 1000\s+1000\s+10,\s+58 .* rdma_cm`).MatchString(log) ||
+		strings.Contains(log, "Permission denied") {
+		t.Errorf("locked-4mi: want uverbs and rdma_cm mode 0666 owned by 1000 and no permission error; got\n%s", log)
+	}
 
 	if w.memlock != "unlimited" {
 		w.policyPod(t, "dp-locked", true, withDevicePlugin, restricted)
-		log = w.waitLog(t, "dp-locked", regexp.MustCompile(`uverbs`))
+		log = w.waitLog(t, "dp-locked", regexp.MustCompile(`(?m)^ready$`))
 		if want := regexp.MustCompile(`Max locked memory\s+` + w.memlock + `\s+` + w.memlock + `\s+bytes`); !want.MatchString(log) {
 			t.Errorf("dp-locked (device plugin): want the node's memlock %s; got\n%s", w.memlock, log)
 		}

@@ -38,10 +38,18 @@ func Inject(t testing.TB, dir string, ids ...string) *oci.Spec {
 	return spec
 }
 
-// Node is the device entry an HCA character device becomes in the spec.
+// Node is the device entry an HCA character device becomes in the spec
+// where its host node does not exist: no mode (the runtime's default).
 func Node(name string, major, minor int64) oci.LinuxDevice {
-	mode := os.FileMode(0o666)
-	return oci.LinuxDevice{Path: "/dev/infiniband/" + name, Type: "c", Major: major, Minor: minor, FileMode: &mode}
+	return oci.LinuxDevice{Path: "/dev/infiniband/" + name, Type: "c", Major: major, Minor: minor}
+}
+
+// NodeMode is Node where the host node exists with mode: the CDI library
+// copies the host node's mode.
+func NodeMode(name string, major, minor int64, mode os.FileMode) oci.LinuxDevice {
+	d := Node(name, major, minor)
+	d.FileMode = &mode
+	return d
 }
 
 // Rule is the device-cgroup rule that lets the container use it.

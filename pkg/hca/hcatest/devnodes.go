@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -53,15 +54,30 @@ func issmDev(n int) devNum {
 	return devNum{umadDynMajor, uint32(umadDynMinors + n - umadFixedMinors)}
 }
 
-// charDev makes /dev/infiniband/<name>: a character device as root, an
-// empty file otherwise.
+// NodeMode is the mode udev gives /dev/infiniband/<name> with rdma-core's
+// rules: uverbs and rdma_cm open to every user (verbs and RDMA CM need no
+// privilege), umad and issm to root only (management datagrams, the
+// subnet manager's flag).
+func NodeMode(name string) fs.FileMode {
+	if strings.HasPrefix(name, "umad") || strings.HasPrefix(name, "issm") {
+		return 0o600
+	}
+	return 0o666
+}
+
+// charDev makes /dev/infiniband/<name> with its NodeMode: a character
+// device as root, an empty file otherwise.
 func (b *builder) charDev(name string, dn devNum) error {
 	path := filepath.Join(b.n.DevRoot, "infiniband", name)
+	mode := NodeMode(name)
 	if !b.n.CharDevices {
-		return os.WriteFile(path, nil, 0o666)
+		if err := os.WriteFile(path, nil, mode); err != nil {
+			return err
+		}
+		return os.Chmod(path, mode)
 	}
-	if err := syscall.Mknod(path, syscall.S_IFCHR|0o666, dn.mkdev()); err != nil {
+	if err := syscall.Mknod(path, syscall.S_IFCHR|uint32(mode), dn.mkdev()); err != nil {
 		return &fs.PathError{Op: "mknod", Path: path, Err: err}
 	}
-	return os.Chmod(path, 0o666) // undo the umask, as udev does
+	return os.Chmod(path, mode) // undo the umask, as udev does
 }

@@ -527,6 +527,23 @@ func rdev(t *testing.T, path string) (major, minor uint64, char bool) {
 	return major, minor, fi.Mode()&fs.ModeCharDevice != 0
 }
 
+// wantMode checks that the node has the mode udev gives it: 0666 for
+// uverbs and rdma_cm, 0600 for umad and issm.
+func wantMode(t *testing.T, path, name string) {
+	t.Helper()
+	want := fs.FileMode(0o666)
+	if strings.HasPrefix(name, "umad") || strings.HasPrefix(name, "issm") {
+		want = 0o600
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fi.Mode().Perm(); got != want {
+		t.Errorf("%s: mode %v, want %v (as udev makes it)", name, got, want)
+	}
+}
+
 func TestDevNodes(t *testing.T) {
 	t.Parallel()
 	spec, _ := Preset("dgx-h100")
@@ -562,6 +579,7 @@ func TestDevNodes(t *testing.T) {
 			if !char || major != mm[0] || minor != mm[1] {
 				t.Errorf("%s: char=%v %d:%d, want a char device %d:%d", name, char, major, minor, mm[0], mm[1])
 			}
+			wantMode(t, path, name)
 			wantContent(t, sysDev(n, name), fmt.Sprintf("%d:%d", mm[0], mm[1]))
 		}
 	})
