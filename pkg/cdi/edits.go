@@ -97,6 +97,9 @@ type EditOptions struct {
 	// the tables of every port of the claim's HCAs. It adds NCCL_IB_PKEY
 	// and UCX_IB_PKEY (CommonEdits).
 	PKey *hca.PKey
+	// ShmSizeMiB > 0 mounts a tmpfs of that size at /dev/shm
+	// (CommonEdits), replacing the runtime's.
+	ShmSizeMiB int64
 }
 
 func (o EditOptions) hostDevRoot() string {
@@ -199,7 +202,18 @@ func CommonEdits(rdmaCM *hca.CharDevice, group []hca.HCA, opts EditOptions) cdis
 	if opts.Env {
 		edits.Env = aggregateEnv(group, opts)
 	}
+	if opts.ShmSizeMiB > 0 {
+		edits.Mounts = []*cdispec.Mount{ShmMount(opts.ShmSizeMiB)}
+	}
 	return edits
+}
+
+// ShmMount is a memory-backed /dev/shm of sizeMiB: what the runtime's own
+// is (nosuid, nodev, noexec, world-writable with the sticky bit), bigger.
+// The CDI library removes the runtime's /dev/shm mount before adding it.
+func ShmMount(sizeMiB int64) *cdispec.Mount {
+	return &cdispec.Mount{HostPath: "shm", ContainerPath: "/dev/shm", Type: "tmpfs",
+		Options: []string{"nosuid", "nodev", "noexec", "mode=1777", fmt.Sprintf("size=%dm", sizeMiB)}}
 }
 
 // aggregateEnv computes CommonEdits' variables, sorted by name.

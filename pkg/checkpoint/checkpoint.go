@@ -66,7 +66,10 @@ type Device struct {
 	// ("unlimited" or a byte count), or "off" for no hook: the class's,
 	// the claim's or the node's --memlock as prepare decided it. Empty in
 	// records written before it existed, which mean the node's --memlock.
-	Memlock      string   `json:"memlock,omitempty"`
+	Memlock string `json:"memlock,omitempty"`
+	// ShmSizeMiB is HcaConfig.shmSizeMiB: the size of the container's
+	// /dev/shm tmpfs; 0 for none.
+	ShmSizeMiB   int64    `json:"shmSizeMiB,omitempty"`
 	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
 	// MovedHCA is the HCA as discovered at prepare, kept where the claim's
 	// hook moves it into the pod's network namespace: while it is there the

@@ -62,6 +62,9 @@ func resolve(cfg *Config, v *view, claim *resourceapi.ResourceClaim, facts claim
 		if len(c.Devices) > 0 && !samePKey(c.Devices[0].PKey, dev.PKey) {
 			return c, fmt.Errorf("requests %s and %s need different P_Key settings (%s, %s), but a container gets one NCCL_IB_PKEY", c.Devices[0].Request, r.Request, pkeyName(c.Devices[0].PKey), pkeyName(dev.PKey))
 		}
+		if len(c.Devices) > 0 && c.Devices[0].ShmSizeMiB != dev.ShmSizeMiB {
+			return c, fmt.Errorf("requests %s and %s ask for different shmSizeMiB (%d, %d), but a container has one /dev/shm", c.Devices[0].Request, r.Request, c.Devices[0].ShmSizeMiB, dev.ShmSizeMiB)
+		}
 		if len(c.Devices) > 0 && c.Devices[0].Memlock != dev.Memlock {
 			return c, fmt.Errorf("requests %s and %s ask for different memlock (%s, %s), but a container's process has one RLIMIT_MEMLOCK", c.Devices[0].Request, r.Request, c.Devices[0].Memlock, dev.Memlock)
 		}
@@ -93,6 +96,9 @@ func resolveDevice(cfg *Config, v *view, c checkpoint.Claim, r resourceapi.Devic
 		ManagementDevices: *hcaCfg.ManagementDevices,
 		Env:               *hcaCfg.Env,
 		Memlock:           rc.memlock,
+	}
+	if hcaCfg.ShmSizeMiB != nil {
+		dev.ShmSizeMiB = *hcaCfg.ShmSizeMiB
 	}
 	if dev.Limits, err = cfg.limits(r); err != nil {
 		return dev, err

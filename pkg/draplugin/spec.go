@@ -48,6 +48,7 @@ func (s *claimState) writeSpec(v *view, c checkpoint.Claim, group []hca.HCA) err
 	env := false
 	family := ""
 	var pkey *hca.PKey
+	var shm int64
 	var devs []cdi.ClaimDevice
 	for _, dev := range c.Devices {
 		opts := cdi.EditOptions{ManagementDevices: dev.ManagementDevices, Env: dev.Env, HostDevRoot: cfg.HostDevRoot}
@@ -99,7 +100,7 @@ func (s *claimState) writeSpec(v *view, c checkpoint.Claim, group []hca.HCA) err
 			return err
 		}
 		env = env || dev.Env
-		family = dev.AddressFamily
+		family, shm = dev.AddressFamily, dev.ShmSizeMiB
 		if dev.PKey != nil {
 			pkey = &hca.PKey{Value: dev.PKey.Value, Index: dev.PKey.Index}
 		}
@@ -109,7 +110,7 @@ func (s *claimState) writeSpec(v *view, c checkpoint.Claim, group []hca.HCA) err
 		return s.specs.RemoveClaim(c.UID)
 	}
 	common := cdi.CommonEdits(v.inv.RDMACM, group, cdi.EditOptions{Env: env, HostDevRoot: cfg.HostDevRoot,
-		Network: cdi.Network(c.Network), Family: cdi.AddressFamily(family), PKey: pkey})
+		Network: cdi.Network(c.Network), Family: cdi.AddressFamily(family), PKey: pkey, ShmSizeMiB: shm})
 	return s.specs.WriteClaim(c.UID, common, devs)
 }
 

@@ -24,7 +24,7 @@ import (
 // Opening each node tells a permission refusal ("Permission denied") from
 // the simulated node's missing kernel driver ("No such device").
 const limitsScript = `grep 'Max locked memory' /proc/self/limits; grep CapEff /proc/self/status; id -u; ls -ln /dev/infiniband; ` +
-	`for f in /dev/infiniband/*; do (: <> $f) 2>&1; done; ls /dev/infiniband | tr '\n' ' '; echo; echo ready; sleep 3600`
+	`for f in /dev/infiniband/*; do (: <> $f) 2>&1; done; grep ' /dev/shm ' /proc/mounts; echo x > /dev/shm/probe && echo shm-writable; ls /dev/infiniband | tr '\n' ' '; echo; echo ready; sleep 3600`
 
 // memlockClass creates a DeviceClass of every HCA whose config sets memlock.
 func (w *realWorld) memlockClass(t *testing.T, name, memlock string) {
@@ -71,19 +71,23 @@ func (w *realWorld) waitLog(t *testing.T, pod string, re *regexp.Regexp) string 
 }
 
 // A non-root container with every capability dropped gets the memlock of
-// its claim's DeviceClass (below what the host allows, so the hook's own
+// its claim's DeviceClass and the /dev/shm its claim asks for (below what the host allows, so the hook's own
 // setting shows), and the node's --memlock through the device plugin. A
 // class asking more than this host can give (here: no CAP_SYS_RESOURCE,
 // so no hard limit goes up) fails the container at its start with the
 // hook's message naming the container and the HCA; it never runs.
 func (w *realWorld) policyMemlock(t *testing.T) {
 	w.memlockClass(t, "memlock-4mi.rdma.dra.dev", "4Mi")
-	w.createClaim(t, "memlock-4mi", "memlock-4mi.rdma.dra.dev")
+	w.createClaim(t, "memlock-4mi", "memlock-4mi.rdma.dra.dev", `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","shmSizeMiB":96}`)
 	w.policyPod(t, "locked-4mi", true, withClaim("memlock-4mi"), restricted)
 	log := w.waitLog(t, "locked-4mi", regexp.MustCompile(`(?m)^ready$`))
 	t.Logf("locked-4mi (uid 1000, capabilities dropped):\n%s", log)
 	if !regexp.MustCompile(`Max locked memory\s+4194304\s+4194304\s+bytes`).MatchString(log) || !strings.Contains(log, "CapEff:\t0000000000000000") || !strings.Contains(log, "\n1000\n") {
 		t.Errorf("locked-4mi: want memlock 4194304 (soft and hard) from its class, CapEff 0 and uid 1000; got\n%s", log)
+	}
+	// Its /dev/shm: the claim's 96 MiB tmpfs, in place of the runtime's.
+	if !regexp.MustCompile(`(?m)^shm /dev/shm tmpfs rw,nosuid,nodev,noexec\S*,size=98304k`).MatchString(log) || !strings.Contains(log, "shm-writable") {
+		t.Errorf("locked-4mi: want /dev/shm a 96 MiB tmpfs its user writes to; got\n%s", log)
 	}
 	// Its nodes: the host's mode (0666 from udev), owned by the container's
 	// user, opened without a permission error.

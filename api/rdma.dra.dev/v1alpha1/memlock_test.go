@@ -65,3 +65,25 @@ func TestDecodeMemlock(t *testing.T) {
 		t.Fatalf("Decode of memlock lots: %v; want an error naming the field", err)
 	}
 }
+
+func TestShmSizeMiB(t *testing.T) {
+	for _, tt := range []struct {
+		in      string
+		wantErr string
+	}{
+		{in: "64"},
+		{in: "1048576"},
+		{in: "0", wantErr: "shmSizeMiB: want 1 to 1048576 (1 TiB), got 0"},
+		{in: "1048577", wantErr: "shmSizeMiB: want 1 to 1048576 (1 TiB), got 1048577"},
+		{in: "-5", wantErr: "got -5"},
+		{in: `"64Mi"`, wantErr: `shmSizeMiB: want a number, got "64Mi"`},
+	} {
+		c, err := Decode([]byte(`{"apiVersion":"` + APIVersion + `","kind":"` + Kind + `","shmSizeMiB":` + tt.in + `}`))
+		switch {
+		case tt.wantErr == "" && (err != nil || c.ShmSizeMiB == nil):
+			t.Errorf("shmSizeMiB %s: %+v, %v", tt.in, c, err)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("shmSizeMiB %s: err %v, want %q", tt.in, err, tt.wantErr)
+		}
+	}
+}

@@ -70,7 +70,18 @@ type HcaConfig struct {
 	// (Helm value memlock, unlimited unless the admin changed it). The
 	// pod's memory cgroup still bounds what is pinned.
 	Memlock *string `json:"memlock,omitempty"`
+
+	// ShmSizeMiB gives the container a memory-backed /dev/shm of that many
+	// MiB (a tmpfs: nosuid, nodev, noexec, mode 1777), for NCCL's and MPI's
+	// shared-memory transports, in place of a hand-made emptyDir volume. It
+	// replaces the runtime's /dev/shm, and its pages count against the
+	// pod's memory limit. 1 to MaxShmSizeMiB. Default: none (the runtime's
+	// /dev/shm, usually 64 MiB).
+	ShmSizeMiB *int64 `json:"shmSizeMiB,omitempty"`
 }
+
+// MaxShmSizeMiB bounds HcaConfig.ShmSizeMiB: 1 TiB.
+const MaxShmSizeMiB = 1 << 20
 
 // AddressFamily is an IP address family for RoCE traffic.
 type AddressFamily string
@@ -122,6 +133,9 @@ func (c *HcaConfig) Validate() error {
 		if _, err := ParseMemlock(*c.Memlock); err != nil {
 			return fmt.Errorf("memlock: %w", err)
 		}
+	}
+	if c.ShmSizeMiB != nil && (*c.ShmSizeMiB < 1 || *c.ShmSizeMiB > MaxShmSizeMiB) {
+		return fmt.Errorf("shmSizeMiB: want 1 to %d (1 TiB), got %d", MaxShmSizeMiB, *c.ShmSizeMiB)
 	}
 	return nil
 }

@@ -43,6 +43,11 @@ func (in *HcaConfig) DeepCopyInto(out *HcaConfig) {
 		*out = new(string)
 		**out = **in
 	}
+	if in.ShmSizeMiB != nil {
+		in, out := &in.ShmSizeMiB, &out.ShmSizeMiB
+		*out = new(int64)
+		**out = **in
+	}
 	return
 }
 
