@@ -115,3 +115,66 @@ func (w *realWorld) policyMemlock(t *testing.T) {
 		"needs CAP_SYS_RESOURCE", "HCA mlx5_")
 	w.neverRan(t, "beyond-host", "c")
 }
+
+// ACK's example Job, rewritten for DRA and without its boilerplate
+// (demo/specs/10-job-dra.yaml), in a namespace enforcing the restricted Pod
+// Security Standard: the API server admits it, and its container, a
+// non-root user with no capability at all, sees rdma_cm and exactly its
+// claim's uverbsN, with the memlock the hook gives and its claim's 8 GiB
+// /dev/shm. It runs on the pod network, so where non-hostNetwork RDMA is on.
+func (w *realWorld) seedJobDRA(t *testing.T) {
+	w.enforce(t, "restricted")
+	applyPulling(w.ctx, t, w.cp, w.dir, "demo/specs/10-job-dra.yaml")
+	pod := waitJobPod(w.ctx, t, w.cp, "hps-benchmark")
+	out := realPodLogs(w.ctx, t, w.cp, pod.Name, "hps-benchmark")
+	t.Logf("hps-benchmark's log (pods/log from the kubelet):\n%s", out)
+	allocated := w.claims.devices(pod.Name)
+	if len(allocated) != 1 || w.devices[allocated[0]].Uverbs == nil {
+		t.Fatalf("the claim of pod %s got devices %v, want one HCA (recorded: %v)", pod.Name, allocated, w.claims.all())
+	}
+	want := []string{"rdma_cm", w.devices[allocated[0]].Uverbs.Name}
+	if got := infinibandListing(out); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("/dev/infiniband in the container = %v, want %v (claim's device %s)", got, want, allocated[0])
+	}
+	if c := capEff(t, out); c != 0 {
+		t.Errorf("CapEff %016x, want 0000000000000000:\n%s", c, out)
+	}
+	if w.memlock != "unlimited" && !regexp.MustCompile(`Max locked memory\s+`+w.memlock+`\s+`+w.memlock+`\s+bytes`).MatchString(out) {
+		t.Errorf("want the memlock %s the hook gives:\n%s", w.memlock, out)
+	}
+	if !regexp.MustCompile(`(?m)^shm\s+8192\s`).MatchString(out) {
+		t.Errorf("want an 8192 MiB /dev/shm from the claim's shmSizeMiB:\n%s", out)
+	}
+}
+
+// enforce labels namespace default with a Pod Security enforce level for
+// the rest of the test.
+func (w *realWorld) enforce(t *testing.T, level string) {
+	t.Helper()
+	const key = "pod-security.kubernetes.io/enforce"
+	set := func(v string) error {
+		ns, err := w.cp.Client.CoreV1().Namespaces().Get(w.ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if ns.Labels == nil {
+			ns.Labels = map[string]string{}
+		}
+		if v == "" {
+			delete(ns.Labels, key)
+		} else {
+			ns.Labels[key] = v
+		}
+		_, err = w.cp.Client.CoreV1().Namespaces().Update(w.ctx, ns, metav1.UpdateOptions{})
+		return err
+	}
+	if err := set(level); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := set(""); err != nil {
+			t.Errorf("removing the namespace's enforce label: %v", err)
+		}
+	})
+}
+

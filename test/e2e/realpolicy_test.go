@@ -41,6 +41,7 @@ func TestRealNodePolicy(t *testing.T) {
 	w.install(t, "rdma-policy-allow", values+`,"allowNonHostNetwork":true`)
 	w.waitDevicePlugin(t)
 	w.scenario(t, "SwitchOn", w.policyReset, w.policySwitchOn)
+	w.scenario(t, "SeedJobRestricted", w.policyReset, w.seedJobDRA)
 }
 
 func (w *realWorld) waitDevicePlugin(t *testing.T) {

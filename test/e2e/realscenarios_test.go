@@ -42,7 +42,6 @@ func TestRealNodeScenarios(t *testing.T) {
 	}
 	w.install(t, "rdma", "")
 
-	w.scenario(t, "seed-job-for-DRA", w.reset, w.seedJobDRA)
 	w.scenario(t, "device-metadata", w.reset, w.deviceMetadata)
 	w.scenario(t, "claim-status", w.reset, w.claimStatus)
 	w.scenario(t, "pcie-root-pair", w.reset, w.pcieRootPair)
@@ -54,26 +53,6 @@ func TestRealNodeScenarios(t *testing.T) {
 	w.scenario(t, "driver-SIGKILL", w.reset, w.driverSIGKILL)
 	w.scenario(t, "rolling-update", w.reset, w.rollingUpdate)
 	w.scenario(t, "port-down", w.reset, w.portDown) // last: it takes seven ports down
-}
-
-// ACK's example Job, rewritten for DRA: its container sees rdma_cm and exactly
-// its claim's uverbsN, with IPC_LOCK.
-func (w *realWorld) seedJobDRA(t *testing.T) {
-	applyPulling(w.ctx, t, w.cp, w.dir, "demo/specs/10-job-dra.yaml")
-	pod := waitJobPod(w.ctx, t, w.cp, "hps-benchmark")
-	out := realPodLogs(w.ctx, t, w.cp, pod.Name, "hps-benchmark")
-	t.Logf("hps-benchmark's log (pods/log from the kubelet):\n%s", out)
-	allocated := w.claims.devices(pod.Name)
-	if len(allocated) != 1 || w.devices[allocated[0]].Uverbs == nil {
-		t.Fatalf("the claim of pod %s got devices %v, want one HCA (recorded: %v)", pod.Name, allocated, w.claims.all())
-	}
-	want := []string{"rdma_cm", w.devices[allocated[0]].Uverbs.Name}
-	if got := infinibandListing(out); strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Errorf("/dev/infiniband in the container = %v, want %v (claim's device %s)", got, want, allocated[0])
-	}
-	if capEff(t, out)&(1<<14) == 0 {
-		t.Errorf("IPC_LOCK missing from CapEff:\n%s", out)
-	}
 }
 
 // The device metadata file (KEP-5304) as the container reads it: the

@@ -31,10 +31,13 @@ func ApplySpec(ctx context.Context, cp *cluster.ControlPlane, dir, file string) 
 	note := ""
 	if status, err := os.ReadFile("/proc/self/status"); err == nil {
 		if bnd, err := cluster.ParseCapMask(string(status), "CapBnd"); err == nil && bnd&(1<<24) == 0 {
+			before := s
 			for _, re := range sysResource {
 				s = re.ReplaceAllString(s, "")
 			}
-			note = fmt.Sprintf("this machine's capability bounding set lacks CAP_SYS_RESOURCE: dropped from %s's containers", filepath.Base(file))
+			if s != before {
+				note = fmt.Sprintf("this machine's capability bounding set lacks CAP_SYS_RESOURCE: dropped from %s's containers", filepath.Base(file))
+			}
 		}
 	}
 	out := filepath.Join(dir, filepath.Base(file))

@@ -67,8 +67,8 @@ func runRealNode(ctx context.Context, h *cluster.Harness, dir, preset string, ke
 	if err != nil {
 		return err
 	}
-	step("helm install rdma deployments/helm/rdma-dra-driver --set sharing=shared,legacy.route=dra,memlock=%s (the image just built; memlock: %s)", memlock, why)
-	values := fmt.Sprintf(`{"image":{"tag":"dev"},"sysfsRoot":%q,"devRoot":%q,"sharing":"shared","legacy":{"route":"dra"},"memlock":%q}`, sim.SysfsRoot, sim.DevRoot, memlock)
+	step("helm install rdma deployments/helm/rdma-dra-driver --set sharing=shared,legacy.route=dra,allowNonHostNetwork=true,memlock=%s (the image just built; memlock: %s)", memlock, why)
+	values := fmt.Sprintf(`{"image":{"tag":"dev"},"sysfsRoot":%q,"devRoot":%q,"sharing":"shared","legacy":{"route":"dra"},"allowNonHostNetwork":true,"memlock":%q}`, sim.SysfsRoot, sim.DevRoot, memlock)
 	if _, err := cluster.InstallChart(ctx, cp, dir, "rdma", "rdma-system", values); err != nil {
 		return err
 	}
@@ -91,18 +91,28 @@ func runRealNode(ctx context.Context, h *cluster.Harness, dir, preset string, ke
 	if err != nil {
 		return err
 	}
-	step("kubectl apply -f demo/specs/10-job-dra.yaml -f demo/specs/20-job-legacy.yaml")
-	for _, f := range []string{"10-job-dra.yaml", "20-job-legacy.yaml"} {
-		note, err := node.ApplySpec(ctx, cp, dir, filepath.Join("demo", "specs", f))
+	// The DRA Job in a namespace that enforces the restricted Pod Security
+	// Standard; the legacy Job (hostNetwork, capabilities) outside it.
+	for _, j := range []struct{ file, job, enforce string }{
+		{"10-job-dra.yaml", "hps-benchmark", "restricted"},
+		{"20-job-legacy.yaml", "hps-benchmark-legacy", ""},
+	} {
+		if err := labelEnforce(ctx, cp, "default", j.enforce); err != nil {
+			return err
+		}
+		if j.enforce != "" {
+			step("kubectl label namespace default pod-security.kubernetes.io/enforce=%s; kubectl apply -f demo/specs/%s", j.enforce, j.file)
+		} else {
+			step("kubectl label namespace default pod-security.kubernetes.io/enforce-; kubectl apply -f demo/specs/%s", j.file)
+		}
+		note, err := node.ApplySpec(ctx, cp, dir, filepath.Join("demo", "specs", j.file))
 		if err != nil {
 			return err
 		}
 		if note != "" {
 			fmt.Println("  note: " + note)
 		}
-	}
-	for _, job := range []string{"hps-benchmark", "hps-benchmark-legacy"} {
-		if err := showRealJob(ctx, cp, allocs, job); err != nil {
+		if err := showRealJob(ctx, cp, allocs, j.job); err != nil {
 			return err
 		}
 	}
@@ -170,9 +180,37 @@ func showRealJob(ctx context.Context, cp *cluster.ControlPlane, allocs *allocati
 	if err != nil {
 		return fmt.Errorf("kubectl logs %s: %w", pod.Name, err)
 	}
-	fmt.Printf("kubectl logs %s (ls /dev/infiniband; RDMA/NCCL/UCX env; CapEff):\n", pod.Name)
+	fmt.Printf("kubectl logs %s (ls /dev/infiniband; RDMA/NCCL/UCX env; CapEff; memlock; /dev/shm):\n", pod.Name)
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fmt.Println("  " + l)
 	}
+	if name == "hps-benchmark" {
+		// The DRA Job runs with every capability dropped, as a non-root user.
+		if !strings.Contains(string(out), "CapEff:\t0000000000000000") || !strings.Contains(string(out), "uverbs") {
+			return fmt.Errorf("job %s: want CapEff 0000000000000000 and its uverbs device in its log", name)
+		}
+		fmt.Println("  -> no capability (CapEff: 0000000000000000), a non-root user, its HCA and rdma_cm: RDMA without IPC_LOCK")
+	}
 	return nil
+}
+
+// labelEnforce sets (or, with level "", removes) the namespace's Pod
+// Security enforce level, which the API server's admission applies to the
+// pods created after it.
+func labelEnforce(ctx context.Context, cp *cluster.ControlPlane, namespace, level string) error {
+	const key = "pod-security.kubernetes.io/enforce"
+	ns, err := cp.Client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	if level == "" {
+		delete(ns.Labels, key)
+	} else {
+		ns.Labels[key] = level
+	}
+	_, err = cp.Client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
+	return err
 }
