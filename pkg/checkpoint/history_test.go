@@ -47,7 +47,7 @@ func full() Checkpoint {
 		UID: "c-uid", Namespace: "training", Name: "moved-rdma", PodUIDs: []string{"pod-3"}, Network: "pod",
 		Devices: []Device{{
 			Request: "rdma", Pool: "node-a", Device: "mlx5-3", IBDev: "mlx5_3", ManagementDevices: true, Env: true,
-			PKey: &PKey{Value: 0x8001, Index: 1}, AddressFamily: "IPv4", MoveNetdev: true,
+			PKey: &PKey{Value: 0x8001, Index: 1}, AddressFamily: "IPv4", MoveNetdev: true, Memlock: "268435456", ShmSizeMiB: 8192,
 			CDIDeviceIDs: []string{"rdma.dra.dev/hca=c-uid-mlx5-3"}, MovedHCA: SnapshotHCA(movedHCA()),
 		}},
 		BootID:     "5b1f0a3c-8f0e-4c55-9d8e-0c1f2a3b4c5d",
@@ -57,7 +57,7 @@ func full() Checkpoint {
 		UID: "d-uid", Namespace: "inference", Name: "shared-rdma", PodUIDs: []string{"pod-4"}, Network: "host",
 		Devices: []Device{{
 			Request: "rdma", Pool: "node-a", Device: "mlx5-4", IBDev: "mlx5_4", ShareID: "share-4", Env: true,
-			Limits: &Limits{HCAHandles: 10, HCAObjects: 1000}, AddressFamily: "IPv6",
+			Limits: &Limits{HCAHandles: 10, HCAObjects: 1000}, AddressFamily: "IPv6", Memlock: "off",
 			CDIDeviceIDs: []string{"rdma.dra.dev/hca=d-uid-mlx5-4-share-4"},
 		}},
 		BootID:     "5b1f0a3c-8f0e-4c55-9d8e-0c1f2a3b4c5d",
@@ -94,12 +94,12 @@ func TestLoadHistory(t *testing.T) {
 		commit string
 		want   Checkpoint
 	}{
-		{"90ce9d3", without("Network", "AddressFamily", "Limits", "PKey", "MoveNetdev", "MovedHCA")},
-		{"74cc199", without("Limits", "PKey", "MoveNetdev", "MovedHCA")},
-		{"5f45238", without("PKey", "MoveNetdev", "MovedHCA")},
-		{"10cdfbf", without("MoveNetdev", "MovedHCA")},
-		{"9f31080", without("MovedHCA")},
-		{"b19f53f", full()},
+		{"90ce9d3", without("Network", "AddressFamily", "Limits", "PKey", "MoveNetdev", "MovedHCA", "Memlock", "ShmSizeMiB")},
+		{"74cc199", without("Limits", "PKey", "MoveNetdev", "MovedHCA", "Memlock", "ShmSizeMiB")},
+		{"5f45238", without("PKey", "MoveNetdev", "MovedHCA", "Memlock", "ShmSizeMiB")},
+		{"10cdfbf", without("MoveNetdev", "MovedHCA", "Memlock", "ShmSizeMiB")},
+		{"9f31080", without("MovedHCA", "Memlock", "ShmSizeMiB")},
+		{"b19f53f", without("Memlock", "ShmSizeMiB")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.commit, func(t *testing.T) {
