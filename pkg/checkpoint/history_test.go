@@ -100,6 +100,7 @@ func TestLoadHistory(t *testing.T) {
 		{"10cdfbf", without("MoveNetdev", "MovedHCA", "Memlock", "ShmSizeMiB")},
 		{"9f31080", without("MovedHCA", "Memlock", "ShmSizeMiB")},
 		{"b19f53f", without("Memlock", "ShmSizeMiB")},
+		{"792488c", full()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.commit, func(t *testing.T) {
