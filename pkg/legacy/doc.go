@@ -30,7 +30,7 @@
 //     same variables as Envs. A runtime that applies both ends up with the
 //     same container: CDI injection replaces a device node of the same path
 //     and sets the same values.
-//     With Config.Hooks (the hostNetwork check, default limits) Allocate
+//     With Config.Hooks (the hostNetwork check, default limits, memlock) Allocate
 //     answers with the CDI device alone: the hooks ride on it, and nodes
 //     handed to the runtime directly would skip them.
 //   - The spec file is written through cdi.SpecDir.WriteClaim under the

@@ -177,4 +177,3 @@ func (w *realWorld) enforce(t *testing.T, level string) {
 		}
 	})
 }
-
