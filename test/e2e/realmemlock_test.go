@@ -48,7 +48,7 @@ func (w *realWorld) memlockClass(t *testing.T, name, memlock string) {
 // Standard allows: a non-root user, every capability dropped, no privilege
 // escalation, the runtime's seccomp profile.
 func restricted(p *corev1.Pod) {
-	p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr(true), RunAsUser: ptr(int64(1000)),
+	p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr(true), RunAsUser: ptr(int64(1000)), RunAsGroup: ptr(int64(1000)),
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
 	p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr(false),
 		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
