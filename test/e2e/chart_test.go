@@ -163,15 +163,17 @@ func TestChartAcceptedAndPoliciesAct(t *testing.T) {
 	if _, err := cluster.ApplyFiles(ctx, cp.Config, false, podPolicyOf(t, renderChart(t, `{"policies":{"podRDMA":{"action":"Deny"}}}`))); err != nil {
 		t.Fatal(err)
 	}
-	poll.For(t, "the pod policy to admit an RDMA pod without capabilities", 30*time.Second, func() (bool, string) {
-		_, err := cp.Client.CoreV1().Pods("default").Create(ctx, rdmaPod(fmt.Sprintf("no-caps-%d", time.Now().UnixNano())), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil, fmt.Sprint(err)
-	})
+	// The new policy acts once it denies a pod off the host network, with
+	// the hostNetwork message alone; then a hostNetwork pod without any
+	// capability is admitted.
 	plain = rdmaPod("podnet-no-caps")
 	plain.Spec.HostNetwork = false
-	if _, err := cp.Client.CoreV1().Pods("default").Create(ctx, plain, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil ||
-		!strings.Contains(err.Error(), "allowNonHostNetwork=true") || strings.Contains(err.Error(), "IPC_LOCK") {
-		t.Errorf("a non-hostNetwork RDMA pod without capabilities, memlock given: err %v, want the hostNetwork message alone", err)
+	poll.For(t, "the new pod policy to deny a non-hostNetwork RDMA pod, asking for no IPC_LOCK", 30*time.Second, func() (bool, string) {
+		_, err := cp.Client.CoreV1().Pods("default").Create(ctx, plain, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "allowNonHostNetwork=true") && !strings.Contains(err.Error(), "IPC_LOCK"), fmt.Sprint(err)
+	})
+	if _, err := cp.Client.CoreV1().Pods("default").Create(ctx, rdmaPod("no-caps"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("a hostNetwork RDMA pod without capabilities, memlock given: %v", err)
 	}
 
 	// The slice policy: a token of the daemon's service account, bound to a
