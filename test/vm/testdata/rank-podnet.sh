@@ -26,7 +26,9 @@
 # UCX_ITERS.
 . "${0%/*}/watchdog.sh"
 log=/dev/termination-log
-say() { echo "$*" >> $log; }
+# What the termination message says goes to the log too, with each tool's
+# last lines (the node prints its pods' logs when the test fails).
+say() { echo "$*" | tee -a $log; }
 now() { cut -d' ' -f1 /proc/uptime; }
 # No hw_counters in a pod's view of the device (the kernel gives the
 # device's copy in another namespace none).
@@ -52,13 +54,14 @@ say "rank=$rank uid=$(status Uid) gid=$(status Gid) capeff=$(status CapEff) capb
 say "env: dev=$dev hca=$NCCL_IB_HCA family=$NCCL_IB_ADDR_FAMILY roce=$NCCL_IB_ROCE_VERSION_NUM ncclgid=$NCCL_IB_GID_INDEX ucxgid=$UCX_IB_GID_INDEX ucxdev=$UCX_NET_DEVICES gidx=$gid gidaddr=$(cat "$port/gids/$gid" 2>/dev/null)"
 say "devices: $(ls /dev/infiniband | tr '\n' ' ')shm: $(awk '$2 == "/dev/shm" { print $1 }' /proc/mounts)"
 
-# run NAME CMD...: CMD under a 300 s deadline, output in /tmp/NAME.out;
-# rank 1 retries while rank 0's server does not answer yet. RESULT matches
-# the line with the numbers.
+# run NAME CMD...: CMD under a 150 s deadline (a transfer takes seconds),
+# output in /tmp/NAME.out; rank 1 retries for a minute while rank 0's
+# server does not answer yet. RESULT matches the line with the numbers.
 run() {
   name=$1; shift; out=/tmp/$name.out
-  for i in $(seq 180); do
-    t0=$(now); deadline 300 "$@"; rc=$?; t1=$(now)
+  for i in $(seq 60); do
+    t0=$(now); deadline 150 "$@"; rc=$?; t1=$(now)
+    tail -n 5 "$out" | sed "s/^/$name try $i: /"
     [ $rc = 0 ] || [ "$rank" = 0 ] || ! grep -qiE 'refused|couldn.t connect|unable to init|no route' "$out" || { sleep 1; continue; }
     break
   done
