@@ -31,13 +31,14 @@ func legacyNetwork(allowNonHostNetwork bool) cdi.Network {
 }
 
 // legacyHooks are the container-start hooks of the device plugin's node-wide
-// device: the hostNetwork check, and the default limits where the node
+// device: the hostNetwork check, the memlock (--memlock) and the default limits where the node
 // publishes the capacities (rdma/hca pods cannot ask for any).
 func legacyHooks(o *options, dcfg draplugin.Config) legacy.Hooks {
 	if !filepath.IsAbs(o.hookPath) {
 		return legacy.Hooks{}
 	}
 	h := legacy.Hooks{HookPath: o.hookPath, HostNetworkOnly: !o.allowNonHostNetwork}
+	h.Memlock, _ = o.memlockValue() // validatePolicy refused a bad value
 	if dcfg.Limits.Handles > 0 {
 		h.HCAHandles = min(o.defaultHCAHandles, dcfg.Limits.Handles)
 	}
@@ -86,6 +87,7 @@ func driverConfig(logger klog.Logger, o *options, pluginDir string) draplugin.Co
 		// Also for moving HCAs into pods' network namespaces (exclusive
 		// RDMA netns mode), which the driver decides per claim.
 		dcfg.HookPath = o.hookPath
+		dcfg.Memlock, _ = o.memlockValue() // validatePolicy refused a bad value
 	}
 	if o.legacyRoute == legacyDRA {
 		dcfg.LegacyShares = int64(o.legacyShares)

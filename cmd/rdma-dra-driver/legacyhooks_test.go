@@ -28,6 +28,10 @@ func TestLegacyHooks(t *testing.T) {
 		{name: "defaults where the capacities are published, capped by them", o: options{hookPath: hook, defaultHCAHandles: 8, defaultHCAObjects: 5000},
 			cfg:  draplugin.Config{Limits: draplugin.HCALimits{Handles: 4, Objects: 100000}},
 			want: legacy.Hooks{HookPath: hook, HostNetworkOnly: true, HCAHandles: 4, HCAObjects: 5000}},
+		{name: "memlock", o: options{hookPath: hook, memlock: "256Mi"},
+			want: legacy.Hooks{HookPath: hook, HostNetworkOnly: true, Memlock: "268435456"}},
+		{name: "memlock off", o: options{hookPath: hook, memlock: "off"},
+			want: legacy.Hooks{HookPath: hook, HostNetworkOnly: true}},
 		{name: "defaults without the capacities: no limit hook", o: options{hookPath: hook, defaultHCAHandles: 8, defaultHCAObjects: 5000},
 			want: legacy.Hooks{HookPath: hook, HostNetworkOnly: true}},
 	}

@@ -46,6 +46,12 @@ func validatePolicy(o *options) error {
 		return fmt.Errorf("--allow-non-host-network=false needs the hook (--hook-path=%q is not an absolute path): "+
 			"every container that gets an HCA is checked by it when it starts", o.hookPath)
 	}
+	if v, err := o.memlockValue(); err != nil {
+		return err
+	} else if v != "" && !filepath.IsAbs(o.hookPath) {
+		return fmt.Errorf("--memlock=%s needs the hook (--hook-path=%q is not an absolute path), which sets it for every container that gets an HCA; "+
+			"install the hook or set --memlock=off (containers then keep the runtime's limit and need IPC_LOCK)", o.memlock, o.hookPath)
+	}
 	if o.requireHCALimits && o.legacyRoute != legacyOff && (o.defaultHCAHandles == 0 || o.defaultHCAObjects == 0) {
 		return fmt.Errorf("--require-hca-limits with --legacy=%s needs --default-hca-handles and --default-hca-objects: rdma/hca pods cannot ask for limits", o.legacyRoute)
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
+	configapi "github.com/rdma-dra/rdma-dra-driver/api/rdma.dra.dev/v1alpha1"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/legacy"
 )
@@ -51,6 +52,7 @@ type options struct {
 	defaultHCAHandles   int64
 	defaultHCAObjects   int64
 	requireHCALimits    bool
+	memlock             string
 	kernelEvents        bool
 	printVersion        bool
 	logging             *logsapi.LoggingConfiguration
@@ -89,10 +91,27 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.defaultHCAHandles, "default-hca-handles", 0, "shared mode, where the hcaHandles capacity is published: the rdma.max hca_handle of a claim that asks for none (and of every legacy rdma/hca container); 0: unlimited")
 	fs.Int64Var(&o.defaultHCAObjects, "default-hca-objects", 0, "shared mode, where the hcaObjects capacity is published: the rdma.max hca_object of a claim that asks for none (and of every legacy rdma/hca container); 0: unlimited")
 	fs.BoolVar(&o.requireHCALimits, "require-hca-limits", false, "shared mode, where the capacities are published: refuse a claim that asks for no hcaHandles or hcaObjects and gets no default")
+	fs.StringVar(&o.memlock, "memlock", configapi.MemlockUnlimited, "RLIMIT_MEMLOCK the hook gives every container that gets an HCA, so it pins memory without CAP_IPC_LOCK: unlimited, a quantity (256Mi), or off for no memlock hook (the container keeps the runtime's limit and needs IPC_LOCK); a DeviceClass's config may set its own")
 	fs.BoolVar(&o.claimStatus, "claim-status", true, "write each prepared claim's status.devices (its HCA's netdev, addresses, MAC and port), removed on unprepare")
 	fs.BoolVar(&o.deviceMetadata, "device-metadata", true, "write each prepared device's metadata file (KEP-5304), bind-mounted into containers under /var/run/kubernetes.io/dra-device-attributes")
 	fs.BoolVar(&o.printVersion, "version", false, "print the version, commit and Go version, and exit")
 	fs.BoolVar(&o.kernelEvents, "kernel-events", true, "rescan on netlink link messages and uevents (HCAs added or removed; netdev renames when on the host network)")
+}
+
+// memlockOff is --memlock's value for no memlock hook.
+const memlockOff = "off"
+
+// memlockValue is --memlock as the hook takes it ("unlimited" or a byte
+// count), or "" for off (also when unset, as in tests' literal options).
+func (o *options) memlockValue() (string, error) {
+	if o.memlock == "" || o.memlock == memlockOff {
+		return "", nil
+	}
+	m, err := configapi.ParseMemlock(o.memlock)
+	if err != nil {
+		return "", fmt.Errorf("--memlock: %w, or %q", err, memlockOff)
+	}
+	return m.String(), nil
 }
 
 // runtimeDevRoot is the dev root CDI specs name: the container runtime's

@@ -19,6 +19,13 @@ func TestValidatePolicy(t *testing.T) {
 		{name: "negative default", o: options{hookPath: hook, legacyRoute: "off", defaultHCAHandles: -1}, wantErr: "--default-hca-handles=-1"},
 		{name: "required limits, a legacy route, no defaults", o: options{hookPath: hook, legacyRoute: "device-plugin", requireHCALimits: true, defaultHCAHandles: 4},
 			wantErr: "--require-hca-limits with --legacy=device-plugin needs --default-hca-handles and --default-hca-objects"},
+		{name: "memlock unlimited", o: options{hookPath: hook, legacyRoute: "off", memlock: "unlimited"}},
+		{name: "memlock quantity", o: options{hookPath: hook, legacyRoute: "off", memlock: "8Mi"}},
+		{name: "memlock off without the hook", o: options{allowNonHostNetwork: true, legacyRoute: "off", memlock: "off"}},
+		{name: "memlock without the hook", o: options{allowNonHostNetwork: true, hookPath: "rdma-dra-hook", legacyRoute: "off", memlock: "unlimited"},
+			wantErr: `--memlock=unlimited needs the hook (--hook-path="rdma-dra-hook" is not an absolute path)`},
+		{name: "memlock bad", o: options{hookPath: hook, legacyRoute: "off", memlock: "lots"},
+			wantErr: `--memlock: want "unlimited" or a quantity of bytes such as 256Mi, got "lots", or "off"`},
 		{name: "required limits, a legacy route, defaults", o: options{hookPath: hook, legacyRoute: "dra", requireHCALimits: true, defaultHCAHandles: 4, defaultHCAObjects: 100}},
 	}
 	for _, tt := range tests {

@@ -61,7 +61,12 @@ type Device struct {
 	AddressFamily string `json:"addressFamily,omitempty"`
 	// MoveNetdev is HcaConfig.moveNetdev: where the HCA moves into the
 	// pod's network namespace (exclusive netns mode), its netdevs go too.
-	MoveNetdev   bool     `json:"moveNetdev,omitempty"`
+	MoveNetdev bool `json:"moveNetdev,omitempty"`
+	// Memlock is the RLIMIT_MEMLOCK the hook gives the device's containers
+	// ("unlimited" or a byte count), or "off" for no hook: the class's,
+	// the claim's or the node's --memlock as prepare decided it. Empty in
+	// records written before it existed, which mean the node's --memlock.
+	Memlock      string   `json:"memlock,omitempty"`
 	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
 	// MovedHCA is the HCA as discovered at prepare, kept where the claim's
 	// hook moves it into the pod's network namespace: while it is there the

@@ -11,10 +11,11 @@ import (
 )
 
 // requestConfig is the effective HcaConfig of one allocated request, or why
-// there is none.
+// there is none, with the memlock its containers get (see memlockOf).
 type requestConfig struct {
-	cfg *configapi.HcaConfig
-	err error
+	cfg     *configapi.HcaConfig
+	memlock string
+	err     error
 }
 
 // requestConfigs returns the effective HcaConfig of each of the driver's
@@ -27,7 +28,8 @@ type requestConfig struct {
 // matched by its parent "req" too). A claim's config that turns on an
 // admin-only field its DeviceClass does not grant is refused, naming the
 // field and the class: the claim would otherwise win over the class.
-func requestConfigs(driverName string, claim *resourceapi.ResourceClaim) map[string]requestConfig {
+func requestConfigs(cfg *Config, claim *resourceapi.ResourceClaim) map[string]requestConfig {
+	driverName := cfg.DriverName
 	alloc := claim.Status.Allocation
 	if alloc == nil {
 		return nil
@@ -40,7 +42,7 @@ func requestConfigs(driverName string, claim *resourceapi.ResourceClaim) map[str
 			if err != nil {
 				err = fmt.Errorf("status.allocation.devices.config[%d] (%s): %w", i, sourceName(configs[i].Source), err)
 			}
-			decoded[i] = &requestConfig{cfg, err}
+			decoded[i] = &requestConfig{cfg: cfg, err: err}
 		}
 		return *decoded[i]
 	}
@@ -49,14 +51,15 @@ func requestConfigs(driverName string, claim *resourceapi.ResourceClaim) map[str
 		if _, done := out[r.Request]; done || r.Driver != driverName {
 			continue
 		}
-		out[r.Request] = effectiveConfig(driverName, claim, r.Request, decode)
+		out[r.Request] = effectiveConfig(cfg, claim, r.Request, decode)
 	}
 	return out
 }
 
 // effectiveConfig applies the configs that apply to request: the
 // DeviceClass's, then the claim's, checking the claim's against the grant.
-func effectiveConfig(driverName string, claim *resourceapi.ResourceClaim, request string, decode func(int) requestConfig) requestConfig {
+func effectiveConfig(cfg *Config, claim *resourceapi.ResourceClaim, request string, decode func(int) requestConfig) requestConfig {
+	driverName := cfg.DriverName
 	parent, _, _ := strings.Cut(request, "/")
 	var class, own []*configapi.HcaConfig
 	for _, src := range []resourceapi.AllocationConfigSource{resourceapi.AllocationConfigSourceClass, resourceapi.AllocationConfigSourceClaim} {
@@ -85,7 +88,11 @@ func effectiveConfig(driverName string, claim *resourceapi.ResourceClaim, reques
 				"ask the cluster's admin for a DeviceClass that grants it", request, strings.Join(quoteAll(fields, ": true"), " and "), className(claim, request))}
 		}
 	}
-	return requestConfig{cfg: configapi.Merge(append(class, own...)...)}
+	memlock, err := cfg.memlockOf(request, className(claim, request), grant.Memlock, configapi.Merge(own...).Memlock)
+	if err != nil {
+		return requestConfig{err: err}
+	}
+	return requestConfig{cfg: configapi.Merge(append(class, own...)...), memlock: memlock}
 }
 
 func sourceName(s resourceapi.AllocationConfigSource) string {

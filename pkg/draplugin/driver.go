@@ -23,11 +23,13 @@ package draplugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	configapi "github.com/rdma-dra/rdma-dra-driver/api/rdma.dra.dev/v1alpha1"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/kevents"
@@ -80,6 +82,11 @@ type Config struct {
 	// are not claims (the device-plugin shim's node-wide spec): start-up
 	// cleanup leaves them alone.
 	PreserveSpecs []string
+	// Memlock is the RLIMIT_MEMLOCK the hook (HookPath) gives every
+	// container that gets a device, unless its DeviceClass's config says
+	// otherwise: "unlimited" or a quantity of bytes (--memlock). Empty: no
+	// memlock hook (--memlock=off).
+	Memlock string
 }
 
 // HCALimits are the RDMA cgroup capacities of shared HCAs (see policy.go).
@@ -124,6 +131,11 @@ func (cfg *Config) validate(deps Deps) error {
 	}
 	if (cfg.Limits.Handles > 0 || cfg.Limits.Objects > 0) && (cfg.Shares == 0 || cfg.HookPath == "") {
 		return errors.New("RDMA cgroup limits need shared mode and the hook's host path")
+	}
+	if cfg.Memlock != "" {
+		if _, err := configapi.ParseMemlock(cfg.Memlock); err != nil {
+			return fmt.Errorf("memlock: %w", err)
+		}
 	}
 	if cfg.DeviceMetadata && cfg.PluginDataDir == "" {
 		return errors.New("device metadata needs the plugin data directory")

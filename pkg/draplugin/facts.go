@@ -62,7 +62,7 @@ func (f *factReader) gather(ctx context.Context, v *view, claims []*resourceapi.
 	out := make([]claimFacts, len(claims))
 	for i, claim := range claims {
 		fc := &out[i]
-		fc.configs = requestConfigs(f.cfg.DriverName, claim)
+		fc.configs = requestConfigs(f.cfg, claim)
 		fc.network, fc.networkErr = f.claimNetwork(ctx, claim, exclusive)
 		if claim.Status.Allocation == nil {
 			continue

@@ -8,10 +8,12 @@ package draplugin
 
 import (
 	"fmt"
+	"strconv"
 
 	resourceapi "k8s.io/api/resource/v1"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	configapi "github.com/rdma-dra/rdma-dra-driver/api/rdma.dra.dev/v1alpha1"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
@@ -85,4 +87,90 @@ func (cfg *Config) hostNetworkHooks(ibdevs ...string) []*cdispec.Hook {
 		return nil
 	}
 	return []*cdispec.Hook{cdi.HostNetworkHook(cfg.HookPath, ibdevs)}
+}
+
+// memlockOff is the checkpoint's record of a device whose containers get
+// no memlock hook; a record without a value (an older release's) means
+// the node's --memlock.
+const memlockOff = "off"
+
+// memlockOf decides the RLIMIT_MEMLOCK the hook gives a request's
+// containers, as the hook takes it ("unlimited" or a byte count), or
+// memlockOff. The ceiling is the DeviceClass's memlock (class), else the
+// node's --memlock; the claim's own (own) may ask for less, never more,
+// nor for any where the node gives none.
+func (cfg *Config) memlockOf(request, className string, class, own *string) (string, error) {
+	node := cfg.Memlock
+	if cfg.HookPath == "" {
+		node = ""
+	}
+	const off = "this node gives containers no memlock (--memlock=off, Helm value memlock: off, or no --hook-path)"
+	ceiling, from := node, "this node's --memlock"
+	if class != nil {
+		if node == "" {
+			return "", fmt.Errorf("request %s: DeviceClass %s sets memlock: %s, but %s; remove memlock from the class or turn the node's memlock on", request, className, *class, off)
+		}
+		ceiling, from = *class, "DeviceClass "+className+"'s memlock"
+	}
+	want := ceiling
+	if own != nil {
+		if ceiling == "" {
+			return "", fmt.Errorf("request %s: the claim's config sets memlock: %s, but %s", request, *own, off)
+		}
+		asked, err := configapi.ParseMemlock(*own)
+		if err != nil {
+			return "", fmt.Errorf("request %s: memlock: %w", request, err)
+		}
+		limit, err := configapi.ParseMemlock(ceiling)
+		if err != nil {
+			return "", fmt.Errorf("request %s: %s: %w", request, from, err)
+		}
+		if asked.Exceeds(limit) {
+			return "", fmt.Errorf("request %s: the claim's config sets memlock: %s, more than its ceiling %s (%s); a claim may only ask for less",
+				request, *own, humanMemlock(limit), from)
+		}
+		want = *own
+	}
+	if want == "" {
+		return memlockOff, nil
+	}
+	m, err := configapi.ParseMemlock(want)
+	if err != nil {
+		return "", fmt.Errorf("request %s: %s: %w", request, from, err)
+	}
+	return m.String(), nil
+}
+
+// humanMemlock writes a memlock value for a person: unlimited, or bytes
+// in the largest binary unit that divides them.
+func humanMemlock(m configapi.Memlock) string {
+	if m.Unlimited {
+		return configapi.MemlockUnlimited
+	}
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"Gi", 1 << 30}, {"Mi", 1 << 20}, {"Ki", 1 << 10}} {
+		if m.Bytes%u.size == 0 {
+			return strconv.FormatInt(m.Bytes/u.size, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(m.Bytes, 10)
+}
+
+// memlockHook is the memlock hook of a device that gives a container
+// ibdevs, with the value recorded at prepare (empty: an older release's
+// record, which means the node's --memlock), or nil for none.
+func (cfg *Config) memlockHook(recorded string, ibdevs ...string) *cdispec.Hook {
+	v := recorded
+	if v == "" {
+		v = cfg.Memlock
+	}
+	if v == "" || v == memlockOff || cfg.HookPath == "" || len(ibdevs) == 0 {
+		return nil
+	}
+	if m, err := configapi.ParseMemlock(v); err == nil {
+		v = m.String()
+	}
+	return cdi.MemlockHook(cfg.HookPath, ibdevs, v)
 }

@@ -62,6 +62,9 @@ func resolve(cfg *Config, v *view, claim *resourceapi.ResourceClaim, facts claim
 		if len(c.Devices) > 0 && !samePKey(c.Devices[0].PKey, dev.PKey) {
 			return c, fmt.Errorf("requests %s and %s need different P_Key settings (%s, %s), but a container gets one NCCL_IB_PKEY", c.Devices[0].Request, r.Request, pkeyName(c.Devices[0].PKey), pkeyName(dev.PKey))
 		}
+		if len(c.Devices) > 0 && c.Devices[0].Memlock != dev.Memlock {
+			return c, fmt.Errorf("requests %s and %s ask for different memlock (%s, %s), but a container's process has one RLIMIT_MEMLOCK", c.Devices[0].Request, r.Request, c.Devices[0].Memlock, dev.Memlock)
+		}
 		if len(c.Devices) > 0 && c.Devices[0].AddressFamily != dev.AddressFamily {
 			return c, fmt.Errorf("requests %s and %s ask for different addressFamily (%s, %s), but a container gets one set of NCCL/UCX GID hints", c.Devices[0].Request, r.Request, familyName(c.Devices[0].AddressFamily), familyName(dev.AddressFamily))
 		}
@@ -89,6 +92,7 @@ func resolveDevice(cfg *Config, v *view, c checkpoint.Claim, r resourceapi.Devic
 		AdminAccess:       r.AdminAccess != nil && *r.AdminAccess,
 		ManagementDevices: *hcaCfg.ManagementDevices,
 		Env:               *hcaCfg.Env,
+		Memlock:           rc.memlock,
 	}
 	if dev.Limits, err = cfg.limits(r); err != nil {
 		return dev, err

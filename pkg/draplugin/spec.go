@@ -68,6 +68,9 @@ func (s *claimState) writeSpec(v *view, c checkpoint.Claim, group []hca.HCA) err
 			if err == nil && dev.Limits != nil {
 				edits.Hooks = append(edits.Hooks, cdi.LimitHook(cfg.HookPath, h.Name, dev.Limits.HCAHandles, dev.Limits.HCAObjects))
 			}
+			if hook := cfg.memlockHook(dev.Memlock, h.Name); err == nil && hook != nil {
+				edits.Hooks = append(edits.Hooks, hook)
+			}
 		} else if dev.IBDev == "" && cfg.isLegacy(dev.Device) {
 			if usable := v.usable(); len(usable) > 0 {
 				edits, err = cdi.NodeEdits(usable, opts)
@@ -80,6 +83,9 @@ func (s *claimState) writeSpec(v *view, c checkpoint.Claim, group []hca.HCA) err
 					for _, name := range names {
 						edits.Hooks = append(edits.Hooks, cdi.LimitHook(cfg.HookPath, name, dev.Limits.HCAHandles, dev.Limits.HCAObjects))
 					}
+				}
+				if hook := cfg.memlockHook(dev.Memlock, names...); hook != nil {
+					edits.Hooks = append(edits.Hooks, hook)
 				}
 			} else {
 				// Every HCA gone: the spec must still load (CDI refuses a

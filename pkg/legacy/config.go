@@ -96,6 +96,9 @@ type Hooks struct {
 	// HCAHandles and HCAObjects > 0 set every container's rdma.max on each
 	// HCA (the node's default limits); 0 leaves that resource unlimited.
 	HCAHandles, HCAObjects int64
+	// Memlock is the RLIMIT_MEMLOCK every container gets ("unlimited" or
+	// a byte count, as the hook takes it); empty: no memlock hook.
+	Memlock string
 }
 
 // SocketName is the plugin socket's file name for a resource name: "/" and
@@ -134,8 +137,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	if h := cfg.Hooks; h.HookPath != "" && !filepath.IsAbs(h.HookPath) {
 		return cfg, fmt.Errorf("device plugin for %s: hook path %q is not an absolute path", cfg.ResourceName, h.HookPath)
 	}
-	if h := cfg.Hooks; h.HookPath == "" && (h.HostNetworkOnly || h.HCAHandles > 0 || h.HCAObjects > 0) {
-		return cfg, fmt.Errorf("device plugin for %s: the hostNetwork check and RDMA cgroup limits need the hook's host path", cfg.ResourceName)
+	if h := cfg.Hooks; h.HookPath == "" && (h.HostNetworkOnly || h.HCAHandles > 0 || h.HCAObjects > 0 || h.Memlock != "") {
+		return cfg, fmt.Errorf("device plugin for %s: the hostNetwork check, RDMA cgroup limits and memlock need the hook's host path", cfg.ResourceName)
 	}
 	if cfg.CDI == nil {
 		return cfg, fmt.Errorf("device plugin for %s: no CDI spec directory", cfg.ResourceName)
@@ -201,6 +204,9 @@ func (h Hooks) of(hcas []string) []*cdispec.Hook {
 		for _, name := range hcas {
 			out = append(out, cdi.LimitHook(h.HookPath, name, h.HCAHandles, h.HCAObjects))
 		}
+	}
+	if h.Memlock != "" {
+		out = append(out, cdi.MemlockHook(h.HookPath, hcas, h.Memlock))
 	}
 	return out
 }

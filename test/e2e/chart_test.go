@@ -45,10 +45,35 @@ func renderChart(t *testing.T, values string) string {
 	return f
 }
 
+// podPolicyOf writes the documents of the pod policy (and its binding) of
+// a rendered chart into a file of their own.
+func podPolicyOf(t *testing.T, rendered string) string {
+	t.Helper()
+	b, err := os.ReadFile(rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []string
+	for _, d := range strings.Split(string(b), "\n---\n") {
+		if strings.Contains(d, "kind: ValidatingAdmissionPolicy") && strings.Contains(d, "name: rdma-pod-rdma\n") {
+			docs = append(docs, d)
+		}
+	}
+	if len(docs) != 2 {
+		t.Fatalf("%s: %d documents of the pod policy, want the policy and its binding", rendered, len(docs))
+	}
+	f := filepath.Join(t.TempDir(), "pod-policy.yaml")
+	if err := os.WriteFile(f, []byte(strings.Join(docs, "\n---\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // TestChartAcceptedAndPoliciesAct: for each values case every rendered
 // object passes the real API server's validation and admission (server-side
 // dry-run); then, installed for real, the pod policy denies an RDMA pod
-// without IPC_LOCK and the slice policy refuses a daemon's token writing
+// without IPC_LOCK where the hook gives no memlock (memlock: off) and
+// admits it where it does (the default), and the slice policy refuses a daemon's token writing
 // another node's ResourceSlice.
 func TestChartAcceptedAndPoliciesAct(t *testing.T) {
 	cp, err := cluster.StartControlPlane(t, t.TempDir())
@@ -65,6 +90,8 @@ func TestChartAcceptedAndPoliciesAct(t *testing.T) {
 		`{"sharing":"shared","legacy":{"route":"dra"}}`,
 		`{"sharing":"shared","legacy":{"route":"device-plugin"},"allowNonHostNetwork":true}`,
 		`{"policies":{"podRDMA":{"action":"Deny","claimTemplates":["ib-400g"]}},"logging":{"format":"json"}}`,
+		`{"memlock":"off","allowNonHostNetwork":true}`,
+		`{"allowNonHostNetwork":true}`, // no pod policy: nothing to check
 	} {
 		objs, err := cluster.ApplyFiles(ctx, cp.Config, true, renderChart(t, values))
 		if err != nil {
@@ -76,11 +103,12 @@ func TestChartAcceptedAndPoliciesAct(t *testing.T) {
 		}
 	}
 
-	if _, err := cluster.ApplyFiles(ctx, cp.Config, false, renderChart(t, `{"policies":{"podRDMA":{"action":"Deny"}}}`)); err != nil {
+	if _, err := cluster.ApplyFiles(ctx, cp.Config, false, renderChart(t, `{"memlock":"off","policies":{"podRDMA":{"action":"Deny"}}}`)); err != nil {
 		t.Fatal(err)
 	}
 
-	// The pod policy: rdma/hca without IPC_LOCK is denied, with it admitted.
+	// The pod policy with memlock off: rdma/hca without IPC_LOCK is denied,
+	// with it admitted.
 	rdmaPod := func(name string, caps ...corev1.Capability) *corev1.Pod {
 		return &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
@@ -119,8 +147,31 @@ func TestChartAcceptedAndPoliciesAct(t *testing.T) {
 	initPod.Spec.HostNetwork = true
 	initPod.Spec.InitContainers[0].SecurityContext = nil
 	if _, err := cp.Client.CoreV1().Pods("default").Create(ctx, initPod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil ||
-		!strings.Contains(err.Error(), "[IPC_LOCK] to pin memory: setup") {
+		!strings.Contains(err.Error(), "[IPC_LOCK] to pin memory (Helm value memlock: off, so the hook sets no memlock): setup") {
 		t.Errorf("an init container using RDMA without IPC_LOCK: err %v, want the IPC_LOCK message naming setup", err)
+	}
+
+	// The default, the hook giving memlock: no capability needed, the
+	// hostNetwork check kept. The pod policy of those values replaces the
+	// one above (an upgrade's effect on it).
+	if err := cp.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, "rdma-pod-rdma", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, "rdma-pod-rdma", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cluster.ApplyFiles(ctx, cp.Config, false, podPolicyOf(t, renderChart(t, `{"policies":{"podRDMA":{"action":"Deny"}}}`))); err != nil {
+		t.Fatal(err)
+	}
+	poll.For(t, "the pod policy to admit an RDMA pod without capabilities", 30*time.Second, func() (bool, string) {
+		_, err := cp.Client.CoreV1().Pods("default").Create(ctx, rdmaPod(fmt.Sprintf("no-caps-%d", time.Now().UnixNano())), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil, fmt.Sprint(err)
+	})
+	plain = rdmaPod("podnet-no-caps")
+	plain.Spec.HostNetwork = false
+	if _, err := cp.Client.CoreV1().Pods("default").Create(ctx, plain, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil ||
+		!strings.Contains(err.Error(), "allowNonHostNetwork=true") || strings.Contains(err.Error(), "IPC_LOCK") {
+		t.Errorf("a non-hostNetwork RDMA pod without capabilities, memlock given: err %v, want the hostNetwork message alone", err)
 	}
 
 	// The slice policy: a token of the daemon's service account, bound to a

@@ -34,6 +34,7 @@ func TestRealNodePolicy(t *testing.T) {
 	w.scenario(t, "DevicePluginPodNetwork", w.policyReset, w.policyDevicePluginPodNetwork)
 	w.scenario(t, "InitContainer", w.policyReset, w.policyInitContainer)
 	w.scenario(t, "ManagementDevices", w.policyReset, w.policyManagementDevices)
+	w.scenario(t, "Memlock", w.policyReset, w.policyMemlock)
 
 	// The same pods where the switch allows them.
 	w.uninstall(t)

@@ -50,6 +50,7 @@ type realWorld struct {
 	claims  *claimRecorder
 
 	release string // the installed chart release, "" if none
+	memlock string // the Helm value memlock this host allows (cluster.HostMemlock)
 	objs    []*unstructured.Unstructured
 }
 
@@ -95,7 +96,12 @@ func newRealWorld(t *testing.T, opts ...func(*node.Options)) *realWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &realWorld{t: t, ctx: ctx, cp: cp, n: n, dir: dir, sim: sim, devices: devices.Published(inv), claims: watchClaims(ctx, t, cp)}
+	memlock, why, err := cluster.HostMemlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("memlock the hook gives containers here: %s (%s)", memlock, why)
+	w := &realWorld{t: t, ctx: ctx, cp: cp, n: n, dir: dir, sim: sim, devices: devices.Published(inv), claims: watchClaims(ctx, t, cp), memlock: memlock}
 	t.Cleanup(func() {
 		if t.Failed() && w.release != "" {
 			t.Logf("driver log (%s):\n%s\nits previous container's:\n%s", w.release, w.driverLog(false), w.driverLog(true))
@@ -106,10 +112,11 @@ func newRealWorld(t *testing.T, opts ...func(*node.Options)) *realWorld {
 
 // values puts the hook in the world's own directory: every claim's spec
 // names it (the hostNetwork check), and another test's node must not
-// replace it under this one.
+// replace it under this one. The memlock is what this host lets the hook
+// give (cluster.HostMemlock).
 func (w *realWorld) values(extra string) string {
-	return fmt.Sprintf(`{"image":{"tag":"dev"},"sysfsRoot":%q,"devRoot":%q,"hook":{"dir":%q}%s}`,
-		w.sim.SysfsRoot, w.sim.DevRoot, filepath.Join(w.dir, "hook-bin"), extra)
+	return fmt.Sprintf(`{"image":{"tag":"dev"},"sysfsRoot":%q,"devRoot":%q,"hook":{"dir":%q},"memlock":%q%s}`,
+		w.sim.SysfsRoot, w.sim.DevRoot, filepath.Join(w.dir, "hook-bin"), w.memlock, extra)
 }
 
 // install installs the chart as release with extra values (a JSON object's

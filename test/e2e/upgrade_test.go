@@ -364,8 +364,14 @@ type upgradeRun struct {
 
 const upgradeNS = "rdma-system"
 
+// values of the release tag; this tree's chart ("dev") also gets the
+// memlock this host allows (the last release's chart has no such value).
 func (u *upgradeRun) values(tag string) string {
-	return fmt.Sprintf(`{"image":{"tag":%q},"sysfsRoot":%q,"devRoot":%q,"sharing":"shared","legacy":{"route":"dra"}}`, tag, u.w.sim.SysfsRoot, u.w.sim.DevRoot)
+	memlock := ""
+	if tag == "dev" {
+		memlock = fmt.Sprintf(`,"memlock":%q`, u.w.memlock)
+	}
+	return fmt.Sprintf(`{"image":{"tag":%q},"sysfsRoot":%q,"devRoot":%q,"sharing":"shared","legacy":{"route":"dra"}%s}`, tag, u.w.sim.SysfsRoot, u.w.sim.DevRoot, memlock)
 }
 
 // listed fails t unless helm lists the release at revision, deployed, from chart.

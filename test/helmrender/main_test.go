@@ -27,6 +27,16 @@ func TestRenderMatrix(t *testing.T) {
 		{values: `{"sharing":"shared","legacy":{"route":"device-plugin"}}`, want: []string{"--legacy=device-plugin", "/var/lib/kubelet/device-plugins"}, notWant: []string{"extendedResourceName"}},
 		{values: `{"policies":{"podRDMA":{"action":"Deny","claimTemplates":["ib-400g"]}}}`, want: []string{"validationActions: [Deny]", `["ib-400g"]`}},
 		{values: `{"allowNonHostNetwork":true}`, want: []string{"--allow-non-host-network=true"}, notWant: []string{"only allowed for hostNetwork pods"}},
+		// The hook gives memlock by default: the pod policy asks for no
+		// IPC_LOCK; with memlock off it does, and the flag says off.
+		{values: `{}`, want: []string{"--memlock=unlimited", "only allowed for hostNetwork pods"}, notWant: []string{"withoutIPCLock", "capabilities.add"}},
+		{values: `{"memlock":"8Mi"}`, want: []string{"--memlock=8Mi"}, notWant: []string{"withoutIPCLock", "capabilities.add"}},
+		{values: `{"memlock":"off"}`, want: []string{"--memlock=off", "name: withoutIPCLock", "need securityContext.capabilities.add: [IPC_LOCK] to pin memory (Helm value memlock: off"}},
+		{values: `{"memlock":"off","allowNonHostNetwork":true}`, want: []string{"name: withoutIPCLock"}, notWant: []string{"only allowed for hostNetwork pods"}},
+		// Nothing left to check: no policy (one without validations is invalid).
+		{values: `{"allowNonHostNetwork":true}`, notWant: []string{"rdma-pod-rdma"}},
+		{values: `{"memlock":"lots"}`, wantErr: "memlock"},
+		{values: `{"memlock":8388608}`, wantErr: "memlock"},
 		{values: `{"logging":{"format":"json","verbosity":4}}`, want: []string{"--logging-format=json", "--v=4"}},
 		{values: `{"legacy":{"route":"dra"}}`, wantErr: "needs sharing=shared"},
 		{values: `{"sysfsRoot":"/node/sys","devRoot":"/node/dev"}`, want: []string{"--sysfs-root=/node/sys", "--dev-root=/host-dev", "--host-dev-root=/node/dev", "path: /node/sys", "path: /node/dev"}},

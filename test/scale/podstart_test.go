@@ -125,8 +125,12 @@ func runPodStart(b *testing.B, pods int) {
 		return p
 	}
 
+	memlock, _, err := cluster.HostMemlock()
+	if err != nil {
+		b.Fatal(err)
+	}
 	values := func(route string) string {
-		return fmt.Sprintf(`{"image":{"tag":"dev"},"sysfsRoot":%q,"devRoot":%q,"sharing":"shared","legacy":{"route":%q}}`, sim.SysfsRoot, sim.DevRoot, route)
+		return fmt.Sprintf(`{"image":{"tag":"dev"},"sysfsRoot":%q,"devRoot":%q,"sharing":"shared","legacy":{"route":%q},"memlock":%q}`, sim.SysfsRoot, sim.DevRoot, route, memlock)
 	}
 	var results []podStartResult
 	objs := install(ctx, b, cp, n, dir, "rdma-dp", values("device-plugin"))

@@ -55,7 +55,7 @@ func fieldCases() []decodeCase {
 		{
 			name:    "moveNetdev misspelt",
 			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","moveNetDev":true}`,
-			wantErr: `unknown field "moveNetDev" (known fields: apiVersion, kind, managementDevices, env, addressFamily, pkey, moveNetdev)`,
+			wantErr: `unknown field "moveNetDev" (known fields: apiVersion, kind, managementDevices, env, addressFamily, pkey, moveNetdev, memlock)`,
 		},
 		{
 			name: "no fields",
@@ -272,7 +272,7 @@ func malformedCases() []decodeCase {
 		{
 			name:    "every unknown and duplicate field, the known ones once",
 			in:      `{"apiVersion":"rdma.dra.dev/v1alpha1","kind":"HcaConfig","foo":1,"env":true,"bar":{},"env":false}`,
-			wantErr: `HcaConfig: unknown field "foo", unknown field "bar", duplicate field "env" (known fields: apiVersion, kind, managementDevices, env, addressFamily, pkey, moveNetdev)`,
+			wantErr: `HcaConfig: unknown field "foo", unknown field "bar", duplicate field "env" (known fields: apiVersion, kind, managementDevices, env, addressFamily, pkey, moveNetdev, memlock)`,
 		},
 		{
 			name:    "duplicate apiVersion",

@@ -61,6 +61,15 @@ type HcaConfig struct {
 	// (refused at prepare and at the move). Default false; ignored where
 	// no move happens.
 	MoveNetdev *bool `json:"moveNetdev,omitempty"`
+
+	// Memlock is the locked-memory limit (RLIMIT_MEMLOCK, soft and hard)
+	// the node's hook gives each container that gets the devices, so it
+	// registers memory regions without CAP_IPC_LOCK: "unlimited" or a
+	// quantity of bytes ("256Mi"). A DeviceClass's value is the ceiling;
+	// a claim may ask for less, never more. Default: the node's --memlock
+	// (Helm value memlock, unlimited unless the admin changed it). The
+	// pod's memory cgroup still bounds what is pinned.
+	Memlock *string `json:"memlock,omitempty"`
 }
 
 // AddressFamily is an IP address family for RoCE traffic.
@@ -107,6 +116,11 @@ func (c *HcaConfig) Validate() error {
 	if c.PKey != nil {
 		if _, err := ParsePKey(*c.PKey); err != nil {
 			return err
+		}
+	}
+	if c.Memlock != nil {
+		if _, err := ParseMemlock(*c.Memlock); err != nil {
+			return fmt.Errorf("memlock: %w", err)
 		}
 	}
 	return nil
@@ -175,6 +189,9 @@ func ptr[T any](v T) *T { return &v }
 // send management datagrams to the fabric or act as a subnet manager;
 // moveNetdev takes the HCA's Ethernet or IPoIB interface away from the
 // node. A claim may still turn them off, or repeat what its class grants.
+//
+// memlock is bounded rather than granted: a claim may lower what its class
+// (or the node) gives, never raise it (Memlock.Exceeds).
 //
 // The other fields only shape what a container is told (env, addressFamily,
 // pkey: NCCL_IB_PKEY is a hint, the partition table the subnet manager

@@ -38,6 +38,11 @@ func (in *HcaConfig) DeepCopyInto(out *HcaConfig) {
 		*out = new(bool)
 		**out = **in
 	}
+	if in.Memlock != nil {
+		in, out := &in.Memlock, &out.Memlock
+		*out = new(string)
+		**out = **in
+	}
 	return
 }
 

@@ -63,8 +63,12 @@ func runRealNode(ctx context.Context, h *cluster.Harness, dir, preset string, ke
 	}
 	printNodes(ctx, cp)
 
-	step("helm install rdma deployments/helm/rdma-dra-driver --set sharing=shared,legacy.route=dra (the image just built)")
-	values := fmt.Sprintf(`{"image":{"tag":"dev"},"sysfsRoot":%q,"devRoot":%q,"sharing":"shared","legacy":{"route":"dra"}}`, sim.SysfsRoot, sim.DevRoot)
+	memlock, why, err := cluster.HostMemlock()
+	if err != nil {
+		return err
+	}
+	step("helm install rdma deployments/helm/rdma-dra-driver --set sharing=shared,legacy.route=dra,memlock=%s (the image just built; memlock: %s)", memlock, why)
+	values := fmt.Sprintf(`{"image":{"tag":"dev"},"sysfsRoot":%q,"devRoot":%q,"sharing":"shared","legacy":{"route":"dra"},"memlock":%q}`, sim.SysfsRoot, sim.DevRoot, memlock)
 	if _, err := cluster.InstallChart(ctx, cp, dir, "rdma", "rdma-system", values); err != nil {
 		return err
 	}
