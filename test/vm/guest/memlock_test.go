@@ -21,7 +21,6 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
 	"github.com/rdma-dra/rdma-dra-driver/test/poll"
 	"github.com/rdma-dra/rdma-dra-driver/test/vm/uverbs"
 )
@@ -71,7 +70,7 @@ func TestMemlockWithoutCapabilities(t *testing.T) {
 	if _, err := os.Stat(hook); hook == "" || err != nil {
 		t.Fatalf("rdma-dra-hook is missing from the guest image (RDMA_DRA_VM_HOOK=%q: %v): test/vm always puts it there", hook, err)
 	}
-	n := startNode(t, nodeConfig{shares: 1000, hookPath: hook})
+	n := startNode(t, nodeConfig{shares: 1000, hookPath: hook, memlock: "unlimited"})
 	srv := n.claim("memlock-server", []string{"rxe0"}, "33333333-aaaa-4aaa-8aaa-000000000001")
 	cli := n.claim("memlock-client", []string{"rxe0"}, "33333333-aaaa-4aaa-8aaa-000000000002")
 	idSrv, idCli := n.prepare(srv), n.prepare(cli)
@@ -80,18 +79,16 @@ func TestMemlockWithoutCapabilities(t *testing.T) {
 	spec := func(id string, ids []string, server ...string) *specs.Spec {
 		args := append([]string{uverbsPath, "rxe0", gid, strconv.Itoa(memlockPort), strconv.Itoa(memlockRegion)}, server...)
 		s := withGuestBinary(restricted(withCDI(t, containerSpec(id, shScript("memlock.sh", args...)...), n.cdiDir, ids...)))
-		if s.Hooks == nil {
-			s.Hooks = &specs.Hooks{}
-		}
-		if !slices.ContainsFunc(s.Hooks.CreateRuntime, isMemlockHook) { // TODO(merge w5-memlock): the driver's
-			h := cdi.MemlockHook(hook, []string{"rxe0"}, cdi.MemlockUnlimited)
-			s.Hooks.CreateRuntime = append(s.Hooks.CreateRuntime, specs.Hook{Path: h.Path, Args: h.Args, Timeout: h.Timeout})
+		if s.Hooks == nil || !slices.ContainsFunc(s.Hooks.CreateRuntime, isMemlockHook) {
+			t.Fatalf("the claim's CDI spec gives %s no memlock hook: createRuntime hooks %v", id, createRuntimeHooks(s))
 		}
 		return s
 	}
 
-	// Without the hook: the kernel refuses the region.
+	// Without the hook: the same container, the driver's memlock hook
+	// taken out of its spec; the kernel refuses the region.
 	bare := spec("memlock-nohook", idSrv)
+	t.Logf("the driver's createRuntime hooks: %v", createRuntimeHooks(bare))
 	bare.Hooks.CreateRuntime = slices.DeleteFunc(bare.Hooks.CreateRuntime, isMemlockHook)
 	r := runContainer(t, "memlock-nohook", bare, 2*time.Minute)
 	checkRestricted(t, "without the hook", r.out, fmt.Sprintf("%d %d", defaultMemlock, defaultMemlock))
