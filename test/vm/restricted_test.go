@@ -40,6 +40,7 @@ var podnetTools = []string{"ib_write_bw", "ucx_perftest"}
 // "cross-node (pod network, restricted):" line per transfer.
 func (m *multiNode) restrictedTransfers() {
 	t := m.t
+	begin := time.Now()
 	m.restrictedNamespace()
 	started := time.Now()
 	env := []corev1.EnvVar{{Name: "BW_ITERS", Value: strconv.Itoa(podnetBwIters)}, {Name: "BW_SIZE", Value: strconv.Itoa(bwSize)},
@@ -84,6 +85,7 @@ func (m *multiNode) restrictedTransfers() {
 		fmt.Println(l)
 	}
 	m.deleteJob(restrictedNS, "podnet")
+	t.Logf("the restricted Job's step (namespace, Job, checks, its pods gone) took %s", time.Since(begin).Round(100*time.Millisecond))
 }
 
 // restrictedNamespace creates restrictedNS, enforcing the restricted Pod
