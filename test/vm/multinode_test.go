@@ -91,9 +91,11 @@ func TestMultiNode(t *testing.T) {
 	// The chart while the guests boot, so its DaemonSet has no pod yet when
 	// the probes are patched. The periodic rescan an hour away: a port
 	// going down must be seen by the driver's fast path (port poll, kernel
-	// events). RDMA for pods on their own network on (the restricted Job's).
+	// events). RDMA for pods on their own network on, and the hook's
+	// memlock unlimited (the chart's default, said here): the restricted
+	// Job's ranks have neither hostNetwork nor IPC_LOCK.
 	installed := time.Now()
-	if _, err := cluster.InstallChart(v.ctx, v.cp, v.dir, "rdma", "rdma-system", `{"image":{"tag":"dev"},"rescanInterval":"1h","allowNonHostNetwork":true}`); err != nil {
+	if _, err := cluster.InstallChart(v.ctx, v.cp, v.dir, "rdma", "rdma-system", `{"image":{"tag":"dev"},"rescanInterval":"1h","allowNonHostNetwork":true,"memlock":"unlimited"}`); err != nil {
 		t.Fatal(err)
 	}
 	m := &multiNode{vmCluster: v, facts: map[string]map[string]string{}}
