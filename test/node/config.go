@@ -17,17 +17,17 @@ func (n *Node) path(p ...string) string { return filepath.Join(append([]string{n
 // ContainerdSocket is containerd's socket as the host sees it.
 func (n *Node) ContainerdSocket() string { return n.path("run", "containerd", "containerd.sock") }
 
-func (n *Node) writeContainerdConfig(noPivotRoot bool) error {
-	cni := `{
+func (n *Node) writeContainerdConfig(noPivotRoot bool, podCIDR string) error {
+	cni := fmt.Sprintf(`{
   "cniVersion": "1.0.0",
   "name": "rdma-node",
   "plugins": [{
     "type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true,
     "ipMasq": false, "hairpinMode": true,
-    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16"}]], "dataDir": "/var/lib/cni/networks"}
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "dataDir": "/var/lib/cni/networks"}
   }]
 }
-`
+`, podCIDR)
 	if err := os.WriteFile(n.path("var-lib", "cni", "net.d", "10-rdma-node.conflist"), []byte(cni), 0o644); err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -51,7 +52,14 @@ type Options struct {
 	// RDMA devices' addresses. The node's IP is then the VM's own address
 	// and the kubelet's port is not forwarded.
 	SharedNetwork bool
+	// PodCIDR is the subnet the node's bridge CNI hands pod addresses out
+	// of; default DefaultPodCIDR. Nodes whose pods talk to each other need
+	// distinct ones, and routes between them (test/vm's two nodes).
+	PodCIDR string
 }
+
+// DefaultPodCIDR is a node's pod subnet unless Options.PodCIDR says.
+const DefaultPodCIDR = "10.88.0.0/16"
 
 // Image names on the node. Pods refer to busybox as "busybox" (it is
 // docker.io/library/busybox:latest there) and must not pull: use
@@ -142,7 +150,7 @@ func (n *Node) start(ctx context.Context, opts Options) error {
 	if err := n.startProxies(ctx, opts.SharedNetwork); err != nil {
 		return err
 	}
-	if err := n.writeContainerdConfig(opts.NoPivotRoot); err != nil {
+	if err := n.writeContainerdConfig(opts.NoPivotRoot, cmp.Or(opts.PodCIDR, DefaultPodCIDR)); err != nil {
 		return err
 	}
 	if err := n.StartContainerd(ctx); err != nil {

@@ -53,18 +53,30 @@ const (
 	ucxSize, ucxIters   = 65536, 200
 )
 
-// linkNodes are the two guests' ends of the link.
-var linkNodes = []struct{ name, addr, mac string }{
-	{nodeA, "10.0.9.1", "52:54:00:00:09:01"},
-	{nodeB, "10.0.9.2", "52:54:00:00:09:02"},
+// linkNodes are the two guests' ends of the link, and their pod subnets:
+// each guest routes the other's over the link (host-gw style).
+var linkNodes = []struct{ name, addr, mac, podCIDR string }{
+	{nodeA, "10.0.9.1", "52:54:00:00:09:01", "10.88.1.0/24"},
+	{nodeB, "10.0.9.2", "52:54:00:00:09:02", "10.88.2.0/24"},
+}
+
+// linkRoutes are the routes of node's guest to the other nodes' pods.
+func linkRoutes(node string) []nodeguest.Route {
+	var out []nodeguest.Route
+	for _, n := range linkNodes {
+		if n.name != node {
+			out = append(out, nodeguest.Route{CIDR: n.podCIDR, Via: n.addr})
+		}
+	}
+	return out
 }
 
 func TestMultiNode(t *testing.T) {
 	v := newVMCluster(t)
 	files := v.nodeFiles()
 	for _, n := range linkNodes {
-		files = append(files, v.nodeConfig(guestConfigOf(n.name), nodeguest.Config{Node: n.name, SharedNetwork: true,
-			Link: &nodeguest.Link{MAC: n.mac, Address: n.addr + "/24", Rxe: linkRxe}}))
+		files = append(files, v.nodeConfig(guestConfigOf(n.name), nodeguest.Config{Node: n.name, SharedNetwork: true, PodCIDR: n.podCIDR,
+			Link: &nodeguest.Link{MAC: n.mac, Address: n.addr + "/24", Rxe: linkRxe, Routes: linkRoutes(n.name)}}))
 	}
 	// One image: each boot names its node's config on the kernel command
 	// line, which the kernel hands to /init's environment.
@@ -79,9 +91,11 @@ func TestMultiNode(t *testing.T) {
 	// The chart while the guests boot, so its DaemonSet has no pod yet when
 	// the probes are patched. The periodic rescan an hour away: a port
 	// going down must be seen by the driver's fast path (port poll, kernel
-	// events).
+	// events). RDMA for pods on their own network on, and the hook's
+	// memlock unlimited (the chart's default, said here): the restricted
+	// Job's ranks have neither hostNetwork nor IPC_LOCK.
 	installed := time.Now()
-	if _, err := cluster.InstallChart(v.ctx, v.cp, v.dir, "rdma", "rdma-system", `{"image":{"tag":"dev"},"rescanInterval":"1h"}`); err != nil {
+	if _, err := cluster.InstallChart(v.ctx, v.cp, v.dir, "rdma", "rdma-system", `{"image":{"tag":"dev"},"rescanInterval":"1h","allowNonHostNetwork":true,"memlock":"unlimited"}`); err != nil {
 		t.Fatal(err)
 	}
 	m := &multiNode{vmCluster: v, facts: map[string]map[string]string{}}
@@ -93,6 +107,7 @@ func TestMultiNode(t *testing.T) {
 	m.checkSlices()
 	m.createClass()
 	m.transfers()
+	m.restrictedTransfers()
 	for _, n := range linkNodes {
 		t.Logf("%s's driver after the transfers: %s", n.name, m.driverContainer(n.name))
 	}
@@ -268,7 +283,7 @@ func attributeStrings(d *resourceapi.Device) map[string]string {
 }
 
 // createClass makes the DeviceClass that picks the link's rxe by its
-// attributes, and the ResourceClaimTemplate of the Jobs. No port state:
+// attributes, and the ResourceClaimTemplate of the Jobs in default. No port state:
 // the port-down taint keeps a down port from being allocated.
 func (m *multiNode) createClass() {
 	netdev := m.facts[nodeA]["netdev"]
@@ -280,10 +295,15 @@ func (m *multiNode) createClass() {
 	if _, err := m.cp.Client.ResourceV1().DeviceClasses().Create(m.ctx, class, metav1.CreateOptions{}); err != nil {
 		m.t.Fatal(err)
 	}
+	m.createTemplate("default")
+}
+
+// createTemplate creates the Jobs' ResourceClaimTemplate in namespace ns.
+func (m *multiNode) createTemplate(ns string) {
 	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: linkTemplate},
 		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
 			Requests: []resourceapi.DeviceRequest{{Name: "hca", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: linkClass}}}}}}}
-	if _, err := m.cp.Client.ResourceV1().ResourceClaimTemplates("default").Create(m.ctx, tmpl, metav1.CreateOptions{}); err != nil {
+	if _, err := m.cp.Client.ResourceV1().ResourceClaimTemplates(ns).Create(m.ctx, tmpl, metav1.CreateOptions{}); err != nil {
 		m.t.Fatal(err)
 	}
 }
@@ -328,48 +348,73 @@ func transferBytes(tool, result string) (int64, error) {
 	return 0, fmt.Errorf("unknown tool %s", tool)
 }
 
-// job creates an Indexed Job of two ranks on distinct nodes running
-// script, each with a claim from the link's template; rank 0's address
-// reaches the ranks as PEER from a ConfigMap the test writes once the
-// scheduler has placed the pods (the kubelet holds the containers until
-// it exists). It returns the pods by completion index.
-func (m *multiNode) job(name, rankJob string) map[string]*corev1.Pod {
+// rankJob is an Indexed Job of two ranks on distinct nodes, each with a
+// claim from the link's template in its namespace, running a script of
+// rankScripts.
+type rankJob struct {
+	name, ns string
+	command  []string
+	env      []corev1.EnvVar
+	// podNetwork: restricted ranks on the pods' network (non-root, every
+	// capability dropped, RuntimeDefault seccomp, no /dev/shm volume);
+	// else hostNetwork ranks with IPC_LOCK and a memory /dev/shm.
+	podNetwork bool
+}
+
+// podSpec is the ranks' pod spec; labels select the Job's pods.
+func (j rankJob) podSpec(labels map[string]string) corev1.PodSpec {
+	ctr := corev1.Container{Name: "rank", Image: ToolsImageName, ImagePullPolicy: corev1.PullNever, Command: j.command,
+		Env: append(j.env, corev1.EnvVar{Name: "PEER", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: j.name + "-rank0"}, Key: "address"}}}),
+		Resources:    corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "rdma"}}},
+		VolumeMounts: []corev1.VolumeMount{{Name: "scripts", MountPath: guestScripts, ReadOnly: true}}}
+	spec := corev1.PodSpec{
+		RestartPolicy: corev1.RestartPolicyNever,
+		Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: "kubernetes.io/hostname"}}}},
+		ResourceClaims: []corev1.PodResourceClaim{{Name: "rdma", ResourceClaimTemplateName: ptrTo(linkTemplate)}},
+		Volumes: []corev1.Volume{{Name: "scripts", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: rankScripts}}}}},
+	}
+	if j.podNetwork {
+		spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptrTo(true), RunAsUser: ptrTo(int64(restrictedUID)),
+			RunAsGroup: ptrTo(int64(restrictedUID)), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+		ctr.SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptrTo(false),
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+	} else {
+		spec.HostNetwork = true
+		ctr.SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"IPC_LOCK"}}}
+		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "shm", MountPath: "/dev/shm"})
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "shm", VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}})
+	}
+	spec.Containers = []corev1.Container{ctr}
+	return spec
+}
+
+// job creates j; rank 0's address (its node's link address, or its pod's
+// once it has one) reaches the ranks as PEER from a ConfigMap the test
+// writes once the scheduler has placed the pods (the kubelet holds the
+// containers until it exists). It returns the pods by completion index.
+func (m *multiNode) job(j rankJob) map[string]*corev1.Pod {
 	t := m.t
 	two, zero := int32(2), int32(0)
 	activeDeadline := int64(multiNodeTimeout.Seconds() / 3)
 	mode := batchv1.IndexedCompletion
-	labels := map[string]string{"rdma-vm-job": name}
-	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name},
+	labels := map[string]string{"rdma-vm-job": j.name}
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: j.name},
 		Spec: batchv1.JobSpec{CompletionMode: &mode, Completions: &two, Parallelism: &two, BackoffLimit: &zero,
 			ActiveDeadlineSeconds: &activeDeadline,
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					HostNetwork:   true,
-					RestartPolicy: corev1.RestartPolicyNever,
-					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-						RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-							LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: "kubernetes.io/hostname"}}}},
-					Containers: []corev1.Container{{Name: "rank", Image: ToolsImageName, ImagePullPolicy: corev1.PullNever,
-						Command: []string{"sh", guestScripts + "/rank.sh", rankJob},
-						Env: append(rankEnv(), corev1.EnvVar{Name: "PEER", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
-							LocalObjectReference: corev1.LocalObjectReference{Name: name + "-rank0"}, Key: "address"}}}),
-						SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"IPC_LOCK"}}},
-						Resources:       corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "rdma"}}},
-						VolumeMounts: []corev1.VolumeMount{{Name: "shm", MountPath: "/dev/shm"},
-							{Name: "scripts", MountPath: guestScripts, ReadOnly: true}}}},
-					ResourceClaims: []corev1.PodResourceClaim{{Name: "rdma", ResourceClaimTemplateName: ptrTo(linkTemplate)}},
-					Volumes: []corev1.Volume{{Name: "shm", VolumeSource: corev1.VolumeSource{
-						EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
-						{Name: "scripts", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-							LocalObjectReference: corev1.LocalObjectReference{Name: rankScripts}}}}},
-				}}}}
-	m.createRankScripts()
-	if _, err := m.cp.Client.BatchV1().Jobs("default").Create(m.ctx, job, metav1.CreateOptions{}); err != nil {
+			Template:              corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: j.podSpec(labels)}}}
+	m.createRankScripts(j.ns)
+	if _, err := m.cp.Client.BatchV1().Jobs(j.ns).Create(m.ctx, job, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	pods := map[string]*corev1.Pod{}
-	m.wait("job "+name+"'s two pods scheduled", 5*time.Minute, func() (bool, string) {
-		list, err := m.cp.Client.CoreV1().Pods("default").List(m.ctx, metav1.ListOptions{LabelSelector: "rdma-vm-job=" + name})
+	addr := ""
+	m.wait("job "+j.name+"'s two pods scheduled, rank 0 addressed", 5*time.Minute, func() (bool, string) {
+		list, err := m.cp.Client.CoreV1().Pods(j.ns).List(m.ctx, metav1.ListOptions{LabelSelector: "rdma-vm-job=" + j.name})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -379,27 +424,30 @@ func (m *multiNode) job(name, rankJob string) map[string]*corev1.Pod {
 			if p.Spec.NodeName != "" {
 				pods[p.Labels[batchv1.JobCompletionIndexAnnotation]] = p
 			}
-			why = append(why, fmt.Sprintf("%s on %q: %+v", p.Name, p.Spec.NodeName, p.Status.Conditions))
+			why = append(why, fmt.Sprintf("%s on %q (IP %q): %+v", p.Name, p.Spec.NodeName, p.Status.PodIP, p.Status.Conditions))
 		}
-		return len(pods) == 2, strings.Join(why, "; ")
+		if r0 := pods["0"]; r0 != nil && j.podNetwork {
+			addr = r0.Status.PodIP
+		} else if r0 != nil {
+			for _, n := range linkNodes {
+				if n.name == r0.Spec.NodeName {
+					addr = n.addr
+				}
+			}
+		}
+		return len(pods) == 2 && addr != "", strings.Join(why, "; ")
 	})
 	if pods["0"] == nil || pods["1"] == nil {
-		t.Fatalf("job %s: pods by index %v, want 0 and 1", name, pods)
+		t.Fatalf("job %s: pods by index %v, want 0 and 1", j.name, pods)
 	}
 	if pods["0"].Spec.NodeName == pods["1"].Spec.NodeName {
-		t.Fatalf("job %s: both ranks on %s", name, pods["0"].Spec.NodeName)
+		t.Fatalf("job %s: both ranks on %s", j.name, pods["0"].Spec.NodeName)
 	}
-	addr := ""
-	for _, n := range linkNodes {
-		if n.name == pods["0"].Spec.NodeName {
-			addr = n.addr
-		}
-	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name + "-rank0"}, Data: map[string]string{"address": addr}}
-	if _, err := m.cp.Client.CoreV1().ConfigMaps("default").Create(m.ctx, cm, metav1.CreateOptions{}); err != nil {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: j.name + "-rank0"}, Data: map[string]string{"address": addr}}
+	if _, err := m.cp.Client.CoreV1().ConfigMaps(j.ns).Create(m.ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("job %s: rank 0 on %s (%s), rank 1 on %s", name, pods["0"].Spec.NodeName, addr, pods["1"].Spec.NodeName)
+	t.Logf("job %s/%s: rank 0 on %s (%s), rank 1 on %s", j.ns, j.name, pods["0"].Spec.NodeName, addr, pods["1"].Spec.NodeName)
 	return pods
 }
 
@@ -408,7 +456,7 @@ func (m *multiNode) job(name, rankJob string) map[string]*corev1.Pod {
 func (m *multiNode) transfers() {
 	t := m.t
 	started := time.Now()
-	pods := m.job("cross", "transfers")
+	pods := m.job(rankJob{name: "cross", ns: "default", command: []string{"sh", guestScripts + "/rank.sh", "transfers"}, env: rankEnv()})
 	msgs := m.terminationMessages(pods["0"].Name, pods["1"].Name)
 	t.Logf("the job's ranks ended %s after its creation", time.Since(started).Round(100*time.Millisecond))
 	ibdev := map[string]string{} // by node, as its rank's metadata file named it
@@ -454,7 +502,7 @@ func (m *multiNode) transfers() {
 	for _, l := range lines {
 		fmt.Println(l)
 	}
-	m.deleteJob("cross")
+	m.deleteJob("default", "cross")
 }
 
 // checkContainer holds what the driver put into a rank's container: only
@@ -498,13 +546,13 @@ func (m *multiNode) checkContainer(nodeName, pod, out string) string {
 }
 
 // deleteJob deletes the Job with its pods and waits for them to go.
-func (m *multiNode) deleteJob(name string) {
+func (m *multiNode) deleteJob(ns, name string) {
 	bg := metav1.DeletePropagationBackground
-	if err := m.cp.Client.BatchV1().Jobs("default").Delete(m.ctx, name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+	if err := m.cp.Client.BatchV1().Jobs(ns).Delete(m.ctx, name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
 		m.t.Fatal(err)
 	}
 	m.wait("job "+name+"'s pods gone", 3*time.Minute, func() (bool, string) {
-		list, err := m.cp.Client.CoreV1().Pods("default").List(m.ctx, metav1.ListOptions{LabelSelector: "rdma-vm-job=" + name})
+		list, err := m.cp.Client.CoreV1().Pods(ns).List(m.ctx, metav1.ListOptions{LabelSelector: "rdma-vm-job=" + name})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -523,7 +571,7 @@ func (m *multiNode) deleteJob(name string) {
 func (m *multiNode) portDown() {
 	t := m.t
 	netdev := m.facts[nodeB]["netdev"]
-	pods := m.job("long", "portdown")
+	pods := m.job(rankJob{name: "long", ns: "default", command: []string{"sh", guestScripts + "/rank.sh", "portdown"}, env: rankEnv()})
 	rankB := pods["0"]
 	if rankB.Spec.NodeName != nodeB {
 		rankB = pods["1"]
@@ -614,7 +662,7 @@ func (m *multiNode) portDown() {
 	}
 	fmt.Printf("cross-node: port-down %s/%s under ib_write_bw: taint %s and %s %q on %s; %s untouched\n",
 		nodeB, linkRxe, driverName+"/port-down", rankB.Name, healthMsg, nodeB, nodeA)
-	m.deleteJob("long")
+	m.deleteJob("default", "long")
 }
 
 // checkClaimStatus waits for the driver's entry in the status.devices of
@@ -780,11 +828,14 @@ func mustAtoi(s string) int { n, _ := strconv.Atoi(s); return n }
 // rankScripts is the ConfigMap the ranks mount at guestScripts.
 const rankScripts = "rank-scripts"
 
-// createRankScripts creates rankScripts, once.
-func (m *multiNode) createRankScripts() {
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: rankScripts},
-		Data: map[string]string{"rank.sh": scriptText("rank.sh"), "watchdog.sh": scriptText("watchdog.sh")}}
-	if _, err := m.cp.Client.CoreV1().ConfigMaps("default").Create(m.ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+// createRankScripts creates rankScripts in namespace ns, once.
+func (m *multiNode) createRankScripts(ns string) {
+	data := map[string]string{}
+	for _, f := range []string{"rank.sh", "rank-podnet.sh", "watchdog.sh"} {
+		data[f] = scriptText(f)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: rankScripts}, Data: data}
+	if _, err := m.cp.Client.CoreV1().ConfigMaps(ns).Create(m.ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		m.t.Fatal(err)
 	}
 }

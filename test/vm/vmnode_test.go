@@ -451,14 +451,21 @@ func (v *vmCluster) claimPod(name, image string, command []string, consume map[s
 	return name
 }
 
-// terminationMessages waits for the pods to succeed or fail and returns
-// what each container wrote to its termination log.
+// terminationMessages waits for the pods (of namespace default) to
+// succeed or fail and returns what each container wrote to its
+// termination log.
 func (v *vmCluster) terminationMessages(pods ...string) map[string]string {
+	v.t.Helper()
+	return v.terminationMessagesIn("default", pods...)
+}
+
+// terminationMessagesIn is terminationMessages in namespace ns.
+func (v *vmCluster) terminationMessagesIn(ns string, pods ...string) map[string]string {
 	v.t.Helper()
 	out := map[string]string{}
 	for _, name := range pods {
-		v.wait("pod "+name+" to end", 5*time.Minute, func() (bool, string) {
-			p, err := v.cp.Client.CoreV1().Pods("default").Get(v.ctx, name, metav1.GetOptions{})
+		v.wait("pod "+ns+"/"+name+" to end", 5*time.Minute, func() (bool, string) {
+			p, err := v.cp.Client.CoreV1().Pods(ns).Get(v.ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
 			}

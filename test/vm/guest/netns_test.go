@@ -38,6 +38,8 @@ func TestMain(m *testing.M) {
 		os.Exit(netnsHelper())
 	case "uverbs-contexts":
 		os.Exit(uverbsContextsHelper())
+	case "uverbs-reg-mr":
+		os.Exit(regMRHelper())
 	}
 	os.Exit(m.Run())
 }

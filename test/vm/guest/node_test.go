@@ -57,6 +57,9 @@ type nodeConfig struct {
 	// mode), enforced by the hook at hookPath.
 	hcaHandles, hcaObjects int64
 	hookPath               string
+	// memlock: the RLIMIT_MEMLOCK the hook gives every container of a
+	// claim (draplugin.Config.Memlock); empty: no memlock hook.
+	memlock string
 	// defaultHCAHandles/Objects: the limits of a claim that asks for none.
 	defaultHCAHandles, defaultHCAObjects int64
 	// hostNetworkOnly turns non-hostNetwork RDMA off (needs pods).
@@ -127,7 +130,7 @@ func startNode(t *testing.T, nc nodeConfig) *node {
 		DriverName: driverName, NodeName: nodeName, HostDevRoot: "/dev",
 		AllowNonHostNetwork: !nc.hostNetworkOnly, RescanInterval: cmp.Or(nc.rescan, 10*time.Second),
 		Shares: nc.shares, LegacyShares: nc.legacyShares,
-		TaintUnhealthy: true, PortPollInterval: 250 * time.Millisecond, HookPath: nc.hookPath,
+		TaintUnhealthy: true, PortPollInterval: 250 * time.Millisecond, HookPath: nc.hookPath, Memlock: nc.memlock,
 		Limits: draplugin.HCALimits{Handles: nc.hcaHandles, Objects: nc.hcaObjects,
 			DefaultHandles: nc.defaultHCAHandles, DefaultObjects: nc.defaultHCAObjects},
 	}, deps)

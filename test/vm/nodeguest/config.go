@@ -27,6 +27,9 @@ type Config struct {
 	// SharedNetwork runs the node in the guest's own network namespace
 	// (node.Options.SharedNetwork): hostNetwork pods then see Link.
 	SharedNetwork bool `json:"sharedNetwork,omitempty"`
+	// PodCIDR is the node's pod subnet (node.Options.PodCIDR); empty: the
+	// node's default.
+	PodCIDR string `json:"podCIDR,omitempty"`
 }
 
 // Link is a guest's NIC on the segment between the guests.
@@ -34,6 +37,15 @@ type Link struct {
 	MAC     string `json:"mac"`     // finds the NIC, whatever the kernel named it
 	Address string `json:"address"` // CIDR, e.g. 10.0.9.1/24
 	Rxe     string `json:"rxe"`     // the Soft-RoCE device made on it
+	// Routes reach the other guests' pod subnets over the link, as a
+	// host-gw CNI routes them; the guest forwards IPv4 when there are any.
+	Routes []Route `json:"routes,omitempty"`
+}
+
+// Route is a subnet and the link address of the guest that has it.
+type Route struct {
+	CIDR string `json:"cidr"`
+	Via  string `json:"via"`
 }
 
 // ConfigEnv names the guest file holding the Config.

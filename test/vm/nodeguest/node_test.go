@@ -63,7 +63,7 @@ func TestNode(t *testing.T) {
 		if err := setUpLink(*cfg.Link); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("link: %s on %s with %s, port ACTIVE", cfg.Link.Address, cfg.Link.Rxe, cfg.Link.MAC)
+		t.Logf("link: %s on %s with %s, port ACTIVE, routes %v", cfg.Link.Address, cfg.Link.Rxe, cfg.Link.MAC, cfg.Link.Routes)
 	}
 	rc := &rest.Config{Host: cfg.Server, BearerToken: cfg.Token, QPS: 50, Burst: 100,
 		TLSClientConfig: rest.TLSClientConfig{CAData: cfg.CA, ServerName: cfg.ServerName}}
@@ -92,7 +92,8 @@ func TestNode(t *testing.T) {
 		t.Logf("kernel's view of %s: %v", cfg.Link.Rxe, facts)
 	}
 	start := time.Now()
-	n, err := node.Start(ctx, t, cp, node.Options{Name: cfg.Node, Images: cfg.Images, NoPivotRoot: true, SharedNetwork: cfg.SharedNetwork})
+	n, err := node.Start(ctx, t, cp, node.Options{Name: cfg.Node, Images: cfg.Images, NoPivotRoot: true,
+		SharedNetwork: cfg.SharedNetwork, PodCIDR: cfg.PodCIDR})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +128,9 @@ func logNode(t *testing.T, n *node.Node) {
 	}
 }
 
-// setUpLink addresses the NIC with the link's MAC, brings it up and makes
-// an rxe on it, waiting for the rxe's port to be ACTIVE.
+// setUpLink addresses the NIC with the link's MAC, brings it up, routes
+// the other guests' pod subnets over it (forwarding on) and makes an rxe
+// on it, waiting for the rxe's port to be ACTIVE.
 func setUpLink(l Link) error {
 	nics, _ := filepath.Glob("/sys/class/net/*/address")
 	netdev := ""
@@ -147,6 +149,16 @@ func setUpLink(l Link) error {
 	} {
 		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 			return fmt.Errorf("link %s: %s: %v: %s", l.Address, strings.Join(args, " "), err, out)
+		}
+	}
+	for _, r := range l.Routes {
+		if out, err := exec.Command("ip", "route", "add", r.CIDR, "via", r.Via, "dev", netdev).CombinedOutput(); err != nil {
+			return fmt.Errorf("link %s: route to %s via %s: %v: %s", l.Address, r.CIDR, r.Via, err, out)
+		}
+	}
+	if len(l.Routes) > 0 {
+		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644); err != nil {
+			return fmt.Errorf("link %s: forwarding to the pods: %w", l.Address, err)
 		}
 	}
 	state := filepath.Join("/sys/class/infiniband", l.Rxe, "ports/1/state")
