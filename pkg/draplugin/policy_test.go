@@ -61,7 +61,7 @@ func TestHostNetworkHookOnEveryRoute(t *testing.T) {
 				want  [][]string
 			}{
 				{own, [][]string{{"rdma-dra-hook", "hostnet", "--device=mlx5_0"}}},
-				{limited, [][]string{{"rdma-dra-hook", "hostnet", "--device=mlx5_1"}, {"rdma-dra-hook", "limit", "--device=mlx5_1", "--hca-handle=2", "--hca-object=max"}}},
+				{limited, [][]string{{"rdma-dra-hook", "hostnet", "--device=mlx5_1"}, {"rdma-dra-hook", "limit", "--device=mlx5_1", "--hca-handle=2", "--hca-object=max", "--pod=pod-b:2:max"}}},
 				{legacy, [][]string{append([]string{"rdma-dra-hook", "hostnet"}, all...)}},
 			} {
 				want := tt.want
@@ -170,17 +170,17 @@ func TestDefaultLimits(t *testing.T) {
 		wantErr  string
 	}{
 		{name: "defaults", policy: func(l *draplugin.HCALimits) { l.DefaultHandles, l.DefaultObjects = 4, 1000 },
-			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=4", "--hca-object=1000"}},
+			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=4", "--hca-object=1000", "--pod=pod-p:4:1000"}},
 		{name: "above", policy: func(l *draplugin.HCALimits) { l.DefaultHandles = 100000 },
-			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=64", "--hca-object=max"}},
+			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=64", "--hca-object=max", "--pod=pod-p:64:max"}},
 		{name: "own", policy: func(l *draplugin.HCALimits) { l.DefaultHandles, l.DefaultObjects = 4, 1000 }, consumed: map[string]int64{"hcaHandles": 1},
-			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=1", "--hca-object=1000"}},
+			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=1", "--hca-object=1000", "--pod=pod-p:1:1000"}},
 		{name: "req-none", policy: func(l *draplugin.HCALimits) { l.Require = true },
 			wantErr: "device mlx5-8: the claim asks for no rdma.dra.dev/hcaHandles, and this node requires RDMA cgroup limits on shared HCAs (--require-hca-limits"},
 		{name: "req-one", policy: func(l *draplugin.HCALimits) { l.Require = true }, consumed: map[string]int64{"hcaHandles": 1},
 			wantErr: "the claim asks for no rdma.dra.dev/hcaObjects"},
 		{name: "req-default", policy: func(l *draplugin.HCALimits) { l.Require, l.DefaultObjects = true, 10 }, consumed: map[string]int64{"hcaHandles": 1},
-			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=1", "--hca-object=10"}},
+			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=1", "--hca-object=10", "--pod=pod-p:1:10"}},
 		{name: "unlimited", want: nil},
 	}
 	for _, tt := range tests {

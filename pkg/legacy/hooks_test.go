@@ -13,7 +13,7 @@ import (
 
 // TestAllocateWithHooks: where the hostNetwork switch is off the node-wide
 // device carries the hook's check, first, and the default limits of every
-// HCA; Allocate then answers with the CDI device alone, so a container
+// HCA, for the container and for its pod (any pod: the plugin sees none); Allocate then answers with the CDI device alone, so a container
 // cannot get the device nodes past the hooks.
 func TestAllocateWithHooks(t *testing.T) {
 	const hook = "/opt/rdma-dra-driver/bin/rdma-dra-hook"
@@ -47,8 +47,8 @@ func TestAllocateWithHooks(t *testing.T) {
 		t.Errorf("first hook %s %q, want the hostNetwork check naming the 10 HCAs", check.Path, check.Args)
 	}
 	for _, h := range spec.Hooks.CreateRuntime[1:] {
-		if h.Args[1] != "limit" || !strings.HasPrefix(h.Args[2], "--device=mlx5_") || h.Args[3] != "--hca-handle=4" || h.Args[4] != "--hca-object=max" {
-			t.Errorf("hook %q, want a limit of 4 handles", h.Args)
+		if len(h.Args) != 6 || h.Args[1] != "limit" || !strings.HasPrefix(h.Args[2], "--device=mlx5_") || h.Args[3] != "--hca-handle=4" || h.Args[4] != "--hca-object=max" || h.Args[5] != "--pod=*:4:max" {
+			t.Errorf("hook %q, want a limit of 4 handles for the container and its pod, whichever", h.Args)
 		}
 	}
 
