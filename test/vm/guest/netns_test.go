@@ -38,6 +38,10 @@ func TestMain(m *testing.M) {
 		os.Exit(netnsHelper())
 	case "uverbs-contexts":
 		os.Exit(uverbsContextsHelper())
+	case "pod-owner":
+		os.Exit(podOwnerHelper())
+	case "pod-sidecar":
+		os.Exit(podSidecarHelper())
 	}
 	os.Exit(m.Run())
 }
