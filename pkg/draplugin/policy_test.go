@@ -158,8 +158,8 @@ func TestAdminOnlyConfig(t *testing.T) {
 
 // TestDefaultLimits: on a node that publishes the RDMA cgroup capacities, a
 // shared claim that asks for none gets the node's defaults (never more
-// than the capacity), or is refused where limits are required; one that
-// asks keeps its own.
+// than the capacity or the per-claim ceiling), or is refused where limits
+// are required; one that asks keeps its own, up to the ceiling.
 func TestDefaultLimits(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -181,6 +181,12 @@ func TestDefaultLimits(t *testing.T) {
 			wantErr: "the claim asks for no rdma.dra.dev/hcaObjects"},
 		{name: "req-default", policy: func(l *draplugin.HCALimits) { l.Require, l.DefaultObjects = true, 10 }, consumed: map[string]int64{"hcaHandles": 1},
 			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=1", "--hca-object=10", "--pod=pod-p:1:10"}},
+		{name: "default under the ceiling", policy: func(l *draplugin.HCALimits) { l.DefaultHandles, l.ClaimMaxPercent = 100, 25 },
+			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=16", "--hca-object=max", "--pod=pod-p:16:max"}},
+		{name: "above the ceiling", policy: func(l *draplugin.HCALimits) { l.ClaimMaxPercent = 25 }, consumed: map[string]int64{"hcaHandles": 17},
+			wantErr: "device mlx5-8: the claim consumed rdma.dra.dev/hcaHandles 17, more than the 16 one claim may ask of this HCA (--claim-max-percent=25"},
+		{name: "at the ceiling", policy: func(l *draplugin.HCALimits) { l.ClaimMaxPercent = 25 }, consumed: map[string]int64{"hcaHandles": 16},
+			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=16", "--hca-object=max", "--pod=pod-p:16:max"}},
 		{name: "unlimited", want: nil},
 	}
 	for _, tt := range tests {
