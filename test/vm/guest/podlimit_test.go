@@ -64,7 +64,7 @@ func (n *node) claimForPod(name, podUID string, consumed map[string]int64, share
 }
 
 // podOwnerHelper, container A (RDMA_DRA_VM_HELPER=pod-owner): a verbs
-// context on $UVERBS, $N protection domains of its own, then the uverbs
+// context on $UVERBS (an rxe's), $N protection domains of its own, then the uverbs
 // file handed to whoever connects to $SOCK; it holds everything until the
 // test opens the FIFO $RELEASE.
 func podOwnerHelper() int {
@@ -75,7 +75,7 @@ func podOwnerHelper() int {
 	}
 	fmt.Println("owner context: ok")
 	n, _ := strconv.Atoi(os.Getenv("N"))
-	uverbs.PDs(os.Stdout, "owner", fd, n)
+	uverbs.PDs(os.Stdout, "owner", fd, n, uverbs.DriverRXE)
 	if err := uverbs.SendFD(os.Getenv("SOCK"), fd); err != nil {
 		fmt.Println("owner handing the uverbs file over:", err)
 		return 1
@@ -100,7 +100,7 @@ func podSidecarHelper() int {
 	defer conn.Close()
 	fmt.Println("sidecar: got the owner's uverbs file")
 	n, _ := strconv.Atoi(os.Getenv("N"))
-	uverbs.PDs(os.Stdout, "sidecar", fd, n)
+	uverbs.PDs(os.Stdout, "sidecar", fd, n, uverbs.DriverRXE)
 	return 0
 }
 

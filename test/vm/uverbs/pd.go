@@ -30,6 +30,11 @@ const (
 	cmdAllocPD        = 3          // IB_USER_VERBS_CMD_ALLOC_PD
 )
 
+// DriverRXE is Soft-RoCE's enum rdma_driver_id (ib_user_ioctl_verbs.h):
+// the ioctl header must name the device's driver or the kernel answers
+// EINVAL.
+const DriverRXE = 14
+
 // OpenContext opens path and asks for a verbs context on it (one
 // hca_handle, charged to the caller's cgroup); the file is the caller's.
 func OpenContext(path string) (int, error) {
@@ -44,13 +49,14 @@ func OpenContext(path string) (int, error) {
 }
 
 // PDs asks for n protection domains on fd, a uverbs file with a verbs
-// context (its own or one handed over), holding them while fd is open.
+// context (its own or one handed over) of a device of driver (an enum
+// rdma_driver_id: DriverRXE), holding them while fd is open.
 // The kernel charges each PD, one hca_object, to the rdma cgroup of the
 // calling process. It writes one line per PD, "<who> pd <i>: ok" or the
 // kernel's refusal, and returns how many were refused.
-func PDs(w io.Writer, who string, fd, n int) (failed int) {
+func PDs(w io.Writer, who string, fd, n int, driver uint32) (failed int) {
 	for i := 1; i <= n; i++ {
-		if err := allocPD(fd); err != nil {
+		if err := allocPD(fd, driver); err != nil {
 			failed++
 			fmt.Fprintf(w, "%s pd %d: %v\n", who, i, err)
 			continue
@@ -60,7 +66,7 @@ func PDs(w io.Writer, who string, fd, n int) (failed int) {
 	return failed
 }
 
-func allocPD(fd int) error {
+func allocPD(fd int, driver uint32) error {
 	resp := new([2]uint32) // struct ib_uverbs_alloc_pd_resp {pd_handle}
 	var buf [24 + 3*16]byte
 	le := binary.LittleEndian
@@ -68,6 +74,7 @@ func allocPD(fd int) error {
 	le.PutUint16(buf[2:], objectDevice)
 	le.PutUint16(buf[4:], methodInvokeWrite)
 	le.PutUint16(buf[6:], 3) // num_attrs
+	le.PutUint32(buf[16:], driver)
 	attr := func(i int, id, length uint16, data uint64) {
 		a := buf[24+16*i:]
 		le.PutUint16(a[0:], id)
