@@ -237,9 +237,9 @@ func (v *vmCluster) installDriver() {
 	t.Logf("rxe0 publishes hcaHandles %s", handles)
 }
 
-// limits: two pods share rxe0, one claim consuming one hcaHandle, one
-// asking none, which gets the chart's defaults (50 handles, 50000
-// objects). The chart's hook, run by containerd's runc, sets each
+// limits: two pods share rxe0, one claim consuming one hcaHandle (and
+// the chart's default of 50000 objects), one asking none, which gets the
+// chart's defaults (50 handles, 50000 objects). The chart's hook, run by containerd's runc, sets each
 // container's rdma.max and its pod's; each container reads its own and
 // asks the kernel for two verbs contexts.
 func (v *vmCluster) limits() {
@@ -252,7 +252,7 @@ func (v *vmCluster) limits() {
 		pod  string
 		want []string
 	}{
-		{limited, []string{"rdma.max: rxe0 hca_handle=1 hca_object=max", "context 1 on /dev/infiniband/uverbs0: ok",
+		{limited, []string{"rdma.max: rxe0 hca_handle=1 hca_object=50000", "context 1 on /dev/infiniband/uverbs0: ok",
 			"context 2 on /dev/infiniband/uverbs0: resource temporarily unavailable", "contexts exit 1"}},
 		{defaults, []string{"rdma.max: rxe0 hca_handle=50 hca_object=50000", "context 1 on /dev/infiniband/uverbs0: ok",
 			"context 2 on /dev/infiniband/uverbs0: ok", "contexts exit 0"}},
