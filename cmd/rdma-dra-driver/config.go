@@ -8,6 +8,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/cdi"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/devices"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/draplugin"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/legacy"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/rdmacg"
@@ -40,10 +41,10 @@ func legacyHooks(o *options, dcfg draplugin.Config) legacy.Hooks {
 	h := legacy.Hooks{HookPath: o.hookPath, HostNetworkOnly: !o.allowNonHostNetwork}
 	h.Memlock, _ = o.memlockValue() // validatePolicy refused a bad value
 	if dcfg.Limits.Handles > 0 {
-		h.HCAHandles = min(o.defaultHCAHandles, dcfg.Limits.Handles)
+		h.HCAHandles = min(o.defaultHCAHandles, devices.ClaimCeiling(dcfg.Limits.Handles, o.claimMaxPercent))
 	}
 	if dcfg.Limits.Objects > 0 {
-		h.HCAObjects = min(o.defaultHCAObjects, dcfg.Limits.Objects)
+		h.HCAObjects = min(o.defaultHCAObjects, devices.ClaimCeiling(dcfg.Limits.Objects, o.claimMaxPercent))
 	}
 	return h
 }
@@ -82,6 +83,7 @@ func driverConfig(logger klog.Logger, o *options, pluginDir string) draplugin.Co
 		dcfg.Shares = o.sharesPerHCA
 		dcfg.Limits.Handles, dcfg.Limits.Objects, dcfg.HookPath = rdmaLimits(logger, o)
 		dcfg.Limits.DefaultHandles, dcfg.Limits.DefaultObjects, dcfg.Limits.Require = o.defaultHCAHandles, o.defaultHCAObjects, o.requireHCALimits
+		dcfg.Limits.ClaimMaxPercent = o.claimMaxPercent
 	}
 	if filepath.IsAbs(o.hookPath) {
 		// Also for moving HCAs into pods' network namespaces (exclusive

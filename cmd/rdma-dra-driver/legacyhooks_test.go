@@ -11,7 +11,7 @@ import (
 // hostNetwork check whenever the switch is off (validatePolicy refuses the
 // switch off without a hook, so no daemon runs with the check missing),
 // and the default limits only where the node publishes the capacities,
-// never above them.
+// never above them or the per-claim ceiling.
 func TestLegacyHooks(t *testing.T) {
 	const hook = "/opt/rdma-dra-driver/bin/rdma-dra-hook"
 	tests := []struct {
@@ -32,6 +32,9 @@ func TestLegacyHooks(t *testing.T) {
 			want: legacy.Hooks{HookPath: hook, HostNetworkOnly: true, Memlock: "268435456"}},
 		{name: "memlock off", o: options{hookPath: hook, memlock: "off"},
 			want: legacy.Hooks{HookPath: hook, HostNetworkOnly: true}},
+		{name: "defaults capped by the per-claim ceiling", o: options{hookPath: hook, defaultHCAHandles: 8, defaultHCAObjects: 5000, claimMaxPercent: 25},
+			cfg:  draplugin.Config{Limits: draplugin.HCALimits{Handles: 16, Objects: 1000}},
+			want: legacy.Hooks{HookPath: hook, HostNetworkOnly: true, HCAHandles: 4, HCAObjects: 250}},
 		{name: "defaults without the capacities: no limit hook", o: options{hookPath: hook, defaultHCAHandles: 8, defaultHCAObjects: 5000},
 			want: legacy.Hooks{HookPath: hook, HostNetworkOnly: true}},
 	}

@@ -40,6 +40,9 @@ func validatePolicy(o *options) error {
 	if o.defaultHCAHandles < 0 || o.defaultHCAObjects < 0 {
 		return fmt.Errorf("--default-hca-handles=%d, --default-hca-objects=%d: want 0 or more", o.defaultHCAHandles, o.defaultHCAObjects)
 	}
+	if o.claimMaxPercent < 0 || o.claimMaxPercent > 100 {
+		return fmt.Errorf("--claim-max-percent=%d: want 1 to 100 (0 or 100: a claim may ask for a whole HCA)", o.claimMaxPercent)
+	}
 	if !o.allowNonHostNetwork && !filepath.IsAbs(o.hookPath) {
 		// Prepare sees only the pods a claim is reserved for at its first
 		// prepare; the hook sees every container.

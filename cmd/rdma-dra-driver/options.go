@@ -51,6 +51,7 @@ type options struct {
 	hcaObjectsPerHCA    int64
 	defaultHCAHandles   int64
 	defaultHCAObjects   int64
+	claimMaxPercent     int64
 	requireHCALimits    bool
 	memlock             string
 	kernelEvents        bool
@@ -90,6 +91,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.hcaObjectsPerHCA, "hca-objects-per-hca", 1000000, "shared mode: hcaObjects capacity of each HCA (rdma.max hca_object a claim may ask for); 0 publishes none")
 	fs.Int64Var(&o.defaultHCAHandles, "default-hca-handles", 0, "shared mode, where the hcaHandles capacity is published: the rdma.max hca_handle of a claim that asks for none (and of every legacy rdma/hca container); 0: unlimited")
 	fs.Int64Var(&o.defaultHCAObjects, "default-hca-objects", 0, "shared mode, where the hcaObjects capacity is published: the rdma.max hca_object of a claim that asks for none (and of every legacy rdma/hca container); 0: unlimited")
+	fs.Int64Var(&o.claimMaxPercent, "claim-max-percent", 100, "shared mode, where the capacities are published: the most of an HCA's hcaHandles and hcaObjects one claim may ask for, in percent (1..100), published as the capacities' request policy maximum so the scheduler refuses more")
 	fs.BoolVar(&o.requireHCALimits, "require-hca-limits", false, "shared mode, where the capacities are published: refuse a claim that asks for no hcaHandles or hcaObjects and gets no default")
 	fs.StringVar(&o.memlock, "memlock", configapi.MemlockUnlimited, "RLIMIT_MEMLOCK the hook gives every container that gets an HCA, so it pins memory without CAP_IPC_LOCK: unlimited, a quantity (256Mi), or off for no memlock hook (the container keeps the runtime's limit and needs IPC_LOCK); a DeviceClass's config may set its own")
 	fs.BoolVar(&o.claimStatus, "claim-status", true, "write each prepared claim's status.devices (its HCA's netdev, addresses, MAC and port), removed on unprepare")

@@ -14,9 +14,11 @@
 // holding its InternalIP never moves. --netdev=<name>, from specs of
 // older drivers, is checked against the kernel and implies --move-netdevs.
 //
-//	rdma-dra-hook limit --device=mlx5_0 --hca-handle=1 --hca-object=max
+//	rdma-dra-hook limit --device=mlx5_0 --hca-handle=1 --hca-object=max [--pod=<uid>:<handles>:<objects>...]
 //
-// sets the container's rdma.max line for the device and reads it back.
+// sets the container's rdma.max line for the device and reads it back;
+// with --pod, also its pod's (the parent cgroup), to the entry of the
+// pod's UID ("*": any pod). See limitPod.
 //
 //	rdma-dra-hook memlock --device=mlx5_0 [--bytes=unlimited|<n>]
 //
@@ -42,6 +44,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -65,7 +69,7 @@ type deps struct {
 }
 
 const usage = "usage: rdma-dra-hook netns --device=<ibdev> [--move-netdevs] [--node-ip=<ip>]... | " +
-	"limit --device=<ibdev> --hca-handle=<n|max> --hca-object=<n|max> | " +
+	"limit --device=<ibdev> --hca-handle=<n|max> --hca-object=<n|max> [--pod=<uid|*>:<n|max>:<n|max>]... | " +
 	"hostnet --device=<ibdev>... | memlock --device=<ibdev>... [--bytes=<n|unlimited>] (OCI state on stdin) | " +
 	"install <host dir> [<CDI spec dir>]"
 
@@ -98,6 +102,8 @@ func limit(args []string, stdin io.Reader, fsys rdmacg.FS) error {
 	device := fs.String("device", "", "ibdev")
 	handle := fs.String("hca-handle", "max", "hca_handle limit")
 	object := fs.String("hca-object", "max", "hca_object limit")
+	var pods podLimits
+	fs.Var(&pods, "pod", "<pod uid|*>:<hca_handle>:<hca_object>, the pod's limit (repeated)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("limit: %w", err)
 	}
@@ -126,7 +132,80 @@ func limit(args []string, stdin io.Reader, fsys rdmacg.FS) error {
 	if err := rdmacg.Set(dir, l); err != nil {
 		return fmt.Errorf("HCA %s: cannot set rdma.max (%s) of container %s: %w", l.Device, l, st.ID, err)
 	}
+	if len(pods) == 0 {
+		return nil // a spec of an older driver: the container's limit only
+	}
+	return limitPod(dir, l.Device, st.ID, pods)
+}
+
+// limitPod sets the rdma.max of the pod whose container has the cgroup
+// dir (its parent) to the pod's limit for device: what every process of
+// the pod, with a claim or not, may hold together. The kernel charges a
+// verbs object to the cgroup of the process that creates it and checks
+// every ancestor's limit, so a sidecar handed the container's uverbs file
+// is bounded too. Every container and claim of the pod writes the same
+// value, from the same arguments: a restart or a second container writes
+// it again, nothing accumulates.
+func limitPod(dir, device, container string, pods podLimits) error {
+	podDir, uid, err := rdmacg.PodDir(dir)
+	if err != nil {
+		return fmt.Errorf("HCA %s: cannot set the pod's rdma.max of container %s: %w", device, container, err)
+	}
+	p, ok := pods.of(uid)
+	if !ok {
+		return fmt.Errorf("HCA %s: container %s is in pod %s, but the claim's limits were counted for pods %s only: "+
+			"a pod that joined a shared claim after it was prepared has no share of it (give each pod its own claim, from a ResourceClaimTemplate)", device, container, uid, pods.uids())
+	}
+	l := rdmacg.Limit{Device: device, HCAHandle: p.handles, HCAObject: p.objects}
+	if err := rdmacg.Set(podDir, l); err != nil {
+		return fmt.Errorf("HCA %s: cannot set the pod's rdma.max (%s) in %s for container %s: %w", device, l, filepath.Join(podDir, "rdma.max"), container, err)
+	}
 	return nil
+}
+
+// podLimit is one --pod: the limits of pod uid ("*": any pod).
+type podLimit struct {
+	uid              string
+	handles, objects int64
+}
+
+type podLimits []podLimit
+
+func (p *podLimits) String() string { return fmt.Sprint(*p) }
+
+// Set parses <uid|*>:<hca_handle>:<hca_object>.
+func (p *podLimits) Set(s string) error {
+	f := strings.Split(s, ":")
+	if len(f) != 3 || f[0] == "" {
+		return fmt.Errorf("%q is not <pod uid|*>:<hca_handle>:<hca_object>", s)
+	}
+	l := podLimit{uid: f[0]}
+	var err error
+	if l.handles, err = rdmacg.ParseValue(f[1]); err != nil {
+		return fmt.Errorf("%q: hca_handle: %w", s, err)
+	}
+	if l.objects, err = rdmacg.ParseValue(f[2]); err != nil {
+		return fmt.Errorf("%q: hca_object: %w", s, err)
+	}
+	*p = append(*p, l)
+	return nil
+}
+
+func (p podLimits) of(uid string) (podLimit, bool) {
+	for _, l := range p {
+		if l.uid == uid || l.uid == "*" {
+			return l, true
+		}
+	}
+	return podLimit{}, false
+}
+
+func (p podLimits) uids() string {
+	var out []string
+	for _, l := range p {
+		out = append(out, l.uid)
+	}
+	return strings.Join(out, ", ")
 }
 
 // readState decodes the container state the runtime writes to a hook's

@@ -402,19 +402,37 @@ func NetnsHook(hookPath, ibdev string, moveNetdevs bool, nodeIPs []string) *cdis
 // LimitHook is the OCI createRuntime hook that sets a container's rdma.max
 // for ibdev, handles and objects being 0 for "not limited". hookPath is the
 // host path of rdma-dra-hook. The runtime runs it before the container's
-// process starts and refuses the container if it fails.
-func LimitHook(hookPath, ibdev string, handles, objects int64) *cdispec.Hook {
-	v := func(n int64) string {
-		if n <= 0 {
-			return "max"
-		}
-		return strconv.FormatInt(n, 10)
+// process starts and refuses the container if it fails. pods, when given,
+// are the limits of the pods the container may be in: the hook also sets
+// its pod's rdma.max (the cgroup above the container's) to its pod's.
+func LimitHook(hookPath, ibdev string, handles, objects int64, pods ...PodLimit) *cdispec.Hook {
+	args := []string{filepath.Base(hookPath), "limit", "--device=" + ibdev, "--hca-handle=" + limitValue(handles), "--hca-object=" + limitValue(objects)}
+	for _, p := range pods {
+		args = append(args, "--pod="+p.UID+":"+limitValue(p.Handles)+":"+limitValue(p.Objects))
 	}
 	timeout := HookTimeout
 	return &cdispec.Hook{
 		HookName: "createRuntime",
 		Path:     hookPath,
-		Args:     []string{filepath.Base(hookPath), "limit", "--device=" + ibdev, "--hca-handle=" + v(handles), "--hca-object=" + v(objects)},
+		Args:     args,
 		Timeout:  &timeout,
 	}
+}
+
+// AnyPod as a PodLimit's UID stands for every pod (the device-plugin route,
+// which is not told the pod).
+const AnyPod = "*"
+
+// PodLimit is the rdma.max of one pod's cgroup on an HCA: what all its
+// processes may hold together, 0 for "not limited".
+type PodLimit struct {
+	UID              string
+	Handles, Objects int64
+}
+
+func limitValue(n int64) string {
+	if n <= 0 {
+		return "max"
+	}
+	return strconv.FormatInt(n, 10)
 }

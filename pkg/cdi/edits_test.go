@@ -307,6 +307,8 @@ func TestHooks(t *testing.T) {
 		{"netns with netdevs: found by the hook, never named", NetnsHook(path, "mlx5_0", true, []string{"10.0.0.5", "fd00::5"}),
 			[]string{"rdma-dra-hook", "netns", "--device=mlx5_0", "--move-netdevs", "--node-ip=10.0.0.5", "--node-ip=fd00::5"}, NetnsHookTimeout},
 		{"limit", LimitHook(path, "mlx5_0", 4, 0), []string{"rdma-dra-hook", "limit", "--device=mlx5_0", "--hca-handle=4", "--hca-object=max"}, HookTimeout},
+		{"limit with its pods'", LimitHook(path, "mlx5_0", 4, 0, PodLimit{UID: "u-1", Handles: 6}, PodLimit{UID: AnyPod, Objects: 9}),
+			[]string{"rdma-dra-hook", "limit", "--device=mlx5_0", "--hca-handle=4", "--hca-object=max", "--pod=u-1:6:max", "--pod=*:max:9"}, HookTimeout},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

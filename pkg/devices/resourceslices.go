@@ -44,6 +44,12 @@ type Options struct {
 	// cgroup controller.
 	HCAHandles, HCAObjects int64
 
+	// ClaimMaxPercent (1..99) caps what one claim may consume of
+	// HCAHandles and HCAObjects: the capacities' request policy publishes
+	// ClaimCeiling as its maximum, so the scheduler refuses a claim that
+	// asks for more. 0 or 100: a claim may ask for a whole HCA.
+	ClaimMaxPercent int64
+
 	// LegacyShares > 0 adds LegacyDeviceName, one multi-allocatable device
 	// that stands for all usable HCAs of the node, for rdma/hca through a
 	// DeviceClass with extendedResourceName (legacy route 2).
@@ -143,7 +149,7 @@ func Devices(inv hca.Inventory, opts Options) []resourceapi.Device {
 		devs[i] = resourceapi.Device{Name: n.name, Attributes: m.deviceAttributes(n.hca, false)}
 		if opts.Shares > 0 {
 			shared(&devs[i], opts.driverName(), opts.Shares)
-			limits(&devs[i], opts.driverName(), opts.HCAHandles, opts.HCAObjects)
+			limits(&devs[i], opts.driverName(), opts.HCAHandles, opts.HCAObjects, opts.ClaimMaxPercent)
 		}
 		if since, ok := opts.TaintedSince[n.name]; ok && n.hca.Problem() != "" {
 			devs[i].Taints = []resourceapi.DeviceTaint{portDownTaint(opts.driverName(), n.hca, since)}

@@ -45,9 +45,19 @@ func shared(d *resourceapi.Device, driver string, shares int64) {
 	}
 }
 
+// ClaimCeiling is the most of a capacity one claim may consume: percent of
+// it (at least 1), or all of it for 0 or 100 and more.
+func ClaimCeiling(capacity, percent int64) int64 {
+	if percent <= 0 || percent >= 100 {
+		return capacity
+	}
+	return max(capacity*percent/100, 1)
+}
+
 // limits adds the RDMA cgroup capacities to a shared device: by default a
-// claim consumes (and is limited to) nothing; it may ask for 0 to all.
-func limits(d *resourceapi.Device, driver string, handles, objects int64) {
+// claim consumes (and is limited to) nothing; it may ask for 0 up to
+// ClaimCeiling (all, unless maxPercent caps it).
+func limits(d *resourceapi.Device, driver string, handles, objects, maxPercent int64) {
 	for name, total := range map[string]int64{CapacityHCAHandles: handles, CapacityHCAObjects: objects} {
 		if total <= 0 {
 			continue
@@ -58,7 +68,7 @@ func limits(d *resourceapi.Device, driver string, handles, objects int64) {
 				Default: resource.NewQuantity(0, resource.DecimalSI),
 				ValidRange: &resourceapi.CapacityRequestPolicyRange{
 					Min:  resource.NewQuantity(0, resource.DecimalSI),
-					Max:  resource.NewQuantity(total, resource.DecimalSI),
+					Max:  resource.NewQuantity(ClaimCeiling(total, maxPercent), resource.DecimalSI),
 					Step: resource.NewQuantity(1, resource.DecimalSI),
 				},
 			},

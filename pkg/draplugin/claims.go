@@ -58,7 +58,34 @@ func newClaimState(cfg *Config, deps Deps, metrics *Metrics, current func() *vie
 
 // prepare prepares claims as v has the HCAs, with the facts gathered for
 // them, and returns each claim's result and the records of those prepared.
+// Then, under their own locks, it rewrites the specs of the claims prepared
+// before for the same pods: their pods' limits (and aggregate env) now
+// count these, and every spec of a pod must carry the same pod limits.
 func (s *claimState) prepare(ctx context.Context, v *view, claims []*resourceapi.ResourceClaim, facts []claimFacts) (map[types.UID]kubeletplugin.PrepareResult, []checkpoint.Claim, error) {
+	results, prepared, siblings, err := s.prepareLocked(ctx, v, claims, facts)
+	for _, c := range siblings {
+		s.rewriteOne(ctx, s.current(), c)
+	}
+	return results, prepared, err
+}
+
+// siblingsOf are the claims of cp, other than those prepared, reserved for
+// one of the same pods.
+func siblingsOf(cp checkpoint.Checkpoint, prepared []checkpoint.Claim) []checkpoint.Claim {
+	var out []checkpoint.Claim
+	for _, uid := range sortedKeys(cp.Claims) {
+		o := cp.Claims[uid]
+		if slices.ContainsFunc(prepared, func(c checkpoint.Claim) bool { return c.UID == o.UID }) {
+			continue
+		}
+		if slices.ContainsFunc(prepared, func(c checkpoint.Claim) bool { return sharesPod(c, o) }) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func (s *claimState) prepareLocked(ctx context.Context, v *view, claims []*resourceapi.ResourceClaim, facts []claimFacts) (map[types.UID]kubeletplugin.PrepareResult, []checkpoint.Claim, []checkpoint.Claim, error) {
 	keys := make([]string, len(claims))
 	for i, c := range claims {
 		keys[i] = c.Namespace + "/" + c.Name
@@ -66,7 +93,7 @@ func (s *claimState) prepare(ctx context.Context, v *view, claims []*resourceapi
 	defer s.locks.lock(keys)()
 	cp, err := s.store.Load()
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading the checkpoint: %w", err)
+		return nil, nil, nil, fmt.Errorf("reading the checkpoint: %w", err)
 	}
 	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	fail := func(c checkpoint.Claim, err error) {
@@ -90,7 +117,7 @@ func (s *claimState) prepare(ctx context.Context, v *view, claims []*resourceapi
 	var written []checkpoint.Claim
 	devs := map[string][]kubeletplugin.Device{}
 	for _, c := range reserved {
-		err := s.writeSpec(v, c, group(s.cfg, v, c, candidates))
+		err := s.writeSpec(v, c, group(s.cfg, v, c, candidates), podLimitsOf(s.cfg, v, c, candidates))
 		if err == nil {
 			devs[c.UID], err = s.writeMetadata(v, c)
 		}
@@ -127,7 +154,7 @@ func (s *claimState) prepare(ctx context.Context, v *view, claims []*resourceapi
 		// write them as the new inventory has the HCAs.
 		s.rewriteLocked(klog.FromContext(ctx), cur, prepared)
 	}
-	return results, prepared, nil
+	return results, prepared, siblingsOf(cp, prepared), nil
 }
 
 // record adds the written claims to the checkpoint in one update. Under

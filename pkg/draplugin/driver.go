@@ -100,6 +100,10 @@ type HCALimits struct {
 	// are published; Require refuses such a claim instead.
 	DefaultHandles, DefaultObjects int64
 	Require                        bool
+	// ClaimMaxPercent caps what one claim may consume of a capacity
+	// (devices.ClaimCeiling; 0: all): published as the request policy's
+	// maximum, and checked again at prepare. Defaults never exceed it.
+	ClaimMaxPercent int64
 }
 
 // Driver is the kubelet plugin: it adapts the kubelet's calls to the claim

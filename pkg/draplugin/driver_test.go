@@ -1003,7 +1003,8 @@ func TestDeviceMetadataInContainer(t *testing.T) {
 }
 
 // A claim that consumes hcaHandles/hcaObjects on a shared HCA gets the
-// hook that sets its containers' rdma.max; one that asks nothing does not.
+// hook that sets its containers' rdma.max and its pod's; one that asks
+// nothing does not.
 func TestLimitsBecomeTheHook(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -1022,8 +1023,8 @@ func TestLimitsBecomeTheHook(t *testing.T) {
 		consumed map[string]int64
 		want     []string // the hook's args; nil: no hook
 	}{
-		{"handles", map[string]int64{"hcaHandles": 1}, []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=1", "--hca-object=max"}},
-		{"both", map[string]int64{"hcaHandles": 2, "hcaObjects": 100}, []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=2", "--hca-object=100"}},
+		{"handles", map[string]int64{"hcaHandles": 1}, []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=1", "--hca-object=max", "--pod=pod-handles:1:max"}},
+		{"both", map[string]int64{"hcaHandles": 2, "hcaObjects": 100}, []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=2", "--hca-object=100", "--pod=pod-both:2:100"}},
 		{"none asked", map[string]int64{"hcaHandles": 0, "hcaObjects": 0}, nil},
 	}
 	for i, tt := range tests {

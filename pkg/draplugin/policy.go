@@ -48,7 +48,9 @@ func (cfg *Config) limits(r resourceapi.DeviceRequestAllocationResult) (*checkpo
 // limitPolicy applies the node's defaults to the limits l a claim consumed
 // on a shared device, where this node publishes the capacities (a kernel
 // with the rdma cgroup controller, and the hook): a capacity the claim left
-// at zero gets its default, or refuses the claim under Limits.Require.
+// at zero gets its default (never above the per-claim ceiling), or refuses
+// the claim under Limits.Require; one above the ceiling is refused (the
+// scheduler should have: a slice published before the ceiling was set).
 // Exclusive devices are not limited: nobody shares them.
 func (cfg *Config) limitPolicy(r resourceapi.DeviceRequestAllocationResult, l *checkpoint.Limits) error {
 	if r.ShareID == nil {
@@ -64,11 +66,19 @@ func (cfg *Config) limitPolicy(r resourceapi.DeviceRequestAllocationResult, l *c
 		{devices.CapacityHCAHandles, cfg.Limits.Handles, cfg.Limits.DefaultHandles, &l.HCAHandles, "--default-hca-handles"},
 		{devices.CapacityHCAObjects, cfg.Limits.Objects, cfg.Limits.DefaultObjects, &l.HCAObjects, "--default-hca-objects"},
 	} {
-		if c.published <= 0 || *c.value > 0 {
+		if c.published <= 0 {
+			continue
+		}
+		ceiling := devices.ClaimCeiling(c.published, cfg.Limits.ClaimMaxPercent)
+		if *c.value > ceiling {
+			return fmt.Errorf("device %s: the claim consumed %s/%s %d, more than the %d one claim may ask of this HCA (--claim-max-percent=%d, Helm value hook.claimMaxPercent)",
+				r.Device, cfg.DriverName, c.name, *c.value, ceiling, cfg.Limits.ClaimMaxPercent)
+		}
+		if *c.value > 0 {
 			continue
 		}
 		if c.def > 0 {
-			*c.value = min(c.def, c.published)
+			*c.value = min(c.def, ceiling)
 			continue
 		}
 		if cfg.Limits.Require {

@@ -61,7 +61,7 @@ func TestHostNetworkHookOnEveryRoute(t *testing.T) {
 				want  [][]string
 			}{
 				{own, [][]string{{"rdma-dra-hook", "hostnet", "--device=mlx5_0"}}},
-				{limited, [][]string{{"rdma-dra-hook", "hostnet", "--device=mlx5_1"}, {"rdma-dra-hook", "limit", "--device=mlx5_1", "--hca-handle=2", "--hca-object=max"}}},
+				{limited, [][]string{{"rdma-dra-hook", "hostnet", "--device=mlx5_1"}, {"rdma-dra-hook", "limit", "--device=mlx5_1", "--hca-handle=2", "--hca-object=max", "--pod=pod-b:2:max"}}},
 				{legacy, [][]string{append([]string{"rdma-dra-hook", "hostnet"}, all...)}},
 			} {
 				want := tt.want
@@ -158,8 +158,8 @@ func TestAdminOnlyConfig(t *testing.T) {
 
 // TestDefaultLimits: on a node that publishes the RDMA cgroup capacities, a
 // shared claim that asks for none gets the node's defaults (never more
-// than the capacity), or is refused where limits are required; one that
-// asks keeps its own.
+// than the capacity or the per-claim ceiling), or is refused where limits
+// are required; one that asks keeps its own, up to the ceiling.
 func TestDefaultLimits(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -170,17 +170,23 @@ func TestDefaultLimits(t *testing.T) {
 		wantErr  string
 	}{
 		{name: "defaults", policy: func(l *draplugin.HCALimits) { l.DefaultHandles, l.DefaultObjects = 4, 1000 },
-			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=4", "--hca-object=1000"}},
+			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=4", "--hca-object=1000", "--pod=pod-p:4:1000"}},
 		{name: "above", policy: func(l *draplugin.HCALimits) { l.DefaultHandles = 100000 },
-			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=64", "--hca-object=max"}},
+			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=64", "--hca-object=max", "--pod=pod-p:64:max"}},
 		{name: "own", policy: func(l *draplugin.HCALimits) { l.DefaultHandles, l.DefaultObjects = 4, 1000 }, consumed: map[string]int64{"hcaHandles": 1},
-			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=1", "--hca-object=1000"}},
+			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=1", "--hca-object=1000", "--pod=pod-p:1:1000"}},
 		{name: "req-none", policy: func(l *draplugin.HCALimits) { l.Require = true },
 			wantErr: "device mlx5-8: the claim asks for no rdma.dra.dev/hcaHandles, and this node requires RDMA cgroup limits on shared HCAs (--require-hca-limits"},
 		{name: "req-one", policy: func(l *draplugin.HCALimits) { l.Require = true }, consumed: map[string]int64{"hcaHandles": 1},
 			wantErr: "the claim asks for no rdma.dra.dev/hcaObjects"},
 		{name: "req-default", policy: func(l *draplugin.HCALimits) { l.Require, l.DefaultObjects = true, 10 }, consumed: map[string]int64{"hcaHandles": 1},
-			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=1", "--hca-object=10"}},
+			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=1", "--hca-object=10", "--pod=pod-p:1:10"}},
+		{name: "default under the ceiling", policy: func(l *draplugin.HCALimits) { l.DefaultHandles, l.ClaimMaxPercent = 100, 25 },
+			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=16", "--hca-object=max", "--pod=pod-p:16:max"}},
+		{name: "above the ceiling", policy: func(l *draplugin.HCALimits) { l.ClaimMaxPercent = 25 }, consumed: map[string]int64{"hcaHandles": 17},
+			wantErr: "device mlx5-8: the claim consumed rdma.dra.dev/hcaHandles 17, more than the 16 one claim may ask of this HCA (--claim-max-percent=25"},
+		{name: "at the ceiling", policy: func(l *draplugin.HCALimits) { l.ClaimMaxPercent = 25 }, consumed: map[string]int64{"hcaHandles": 16},
+			want: []string{"rdma-dra-hook", "limit", "--device=mlx5_8", "--hca-handle=16", "--hca-object=max", "--pod=pod-p:16:max"}},
 		{name: "unlimited", want: nil},
 	}
 	for _, tt := range tests {

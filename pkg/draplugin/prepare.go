@@ -73,7 +73,7 @@ func resolve(cfg *Config, v *view, claim *resourceapi.ResourceClaim, facts claim
 		}
 		c.Devices = append(c.Devices, dev)
 	}
-	return c, nil
+	return c, checkShares(c)
 }
 
 // resolveDevice is the record of one allocated device of claim c.

@@ -128,7 +128,7 @@ func logInventory(logger klog.Logger, old, inv hca.Inventory) {
 func (p *publisher) resources(v *view) resourceslice.DriverResources {
 	return devices.Resources(p.cfg.NodeName, v.inv, devices.Options{
 		DriverName: p.cfg.DriverName, Shares: p.cfg.Shares, LegacyShares: p.cfg.LegacyShares,
-		HCAHandles: p.cfg.Limits.Handles, HCAObjects: p.cfg.Limits.Objects,
+		HCAHandles: p.cfg.Limits.Handles, HCAObjects: p.cfg.Limits.Objects, ClaimMaxPercent: p.cfg.Limits.ClaimMaxPercent,
 		TaintedSince: v.taintedSince,
 	})
 }

@@ -232,7 +232,7 @@ func (s *claimState) rewriteLocked(logger klog.Logger, v *view, claims []checkpo
 	}
 	all := slices.Collect(maps.Values(cp.Claims))
 	for _, claim := range claims {
-		if err := s.writeSpec(v, claim, group(s.cfg, v, claim, all)); err != nil {
+		if err := s.writeSpec(v, claim, group(s.cfg, v, claim, all), podLimitsOf(s.cfg, v, claim, all)); err != nil {
 			logger.Error(err, "Cannot rewrite the CDI spec of a prepared claim", "claim", claim.Namespace+"/"+claim.Name, "claimUID", claim.UID)
 			s.metrics.backgroundErrors.WithLabelValues("cdi").Inc()
 			continue

@@ -42,8 +42,9 @@ func (s *claimState) writeMetadata(v *view, c checkpoint.Claim) ([]kubeletplugin
 }
 
 // writeSpec (re)writes the CDI spec of a resolved claim. group is the
-// set of HCAs the claim's containers see with it, for the aggregate env.
-func (s *claimState) writeSpec(v *view, c checkpoint.Claim, group []hca.HCA) error {
+// set of HCAs the claim's containers see with it, for the aggregate env;
+// pods the limits of its pods' cgroups (podlimits.go).
+func (s *claimState) writeSpec(v *view, c checkpoint.Claim, group []hca.HCA, pods podTotals) error {
 	cfg := s.cfg
 	env := false
 	family := ""
@@ -67,7 +68,8 @@ func (s *claimState) writeSpec(v *view, c checkpoint.Claim, group []hca.HCA) err
 				}
 			}
 			if err == nil && dev.Limits != nil {
-				edits.Hooks = append(edits.Hooks, cdi.LimitHook(cfg.HookPath, h.Name, dev.Limits.HCAHandles, dev.Limits.HCAObjects))
+				l := share(c, *dev.Limits)
+				edits.Hooks = append(edits.Hooks, cdi.LimitHook(cfg.HookPath, h.Name, l.HCAHandles, l.HCAObjects, pods[h.Name]...))
 			}
 			if hook := cfg.memlockHook(dev.Memlock, h.Name); err == nil && hook != nil {
 				edits.Hooks = append(edits.Hooks, hook)
@@ -81,8 +83,9 @@ func (s *claimState) writeSpec(v *view, c checkpoint.Claim, group []hca.HCA) err
 				}
 				edits.Hooks = append(cfg.hostNetworkHooks(names...), edits.Hooks...)
 				if dev.Limits != nil {
+					l := share(c, *dev.Limits)
 					for _, name := range names {
-						edits.Hooks = append(edits.Hooks, cdi.LimitHook(cfg.HookPath, name, dev.Limits.HCAHandles, dev.Limits.HCAObjects))
+						edits.Hooks = append(edits.Hooks, cdi.LimitHook(cfg.HookPath, name, l.HCAHandles, l.HCAObjects, pods[name]...))
 					}
 				}
 				if hook := cfg.memlockHook(dev.Memlock, names...); hook != nil {

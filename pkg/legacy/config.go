@@ -94,7 +94,9 @@ type Hooks struct {
 	// a container that skips the check.
 	HostNetworkOnly bool
 	// HCAHandles and HCAObjects > 0 set every container's rdma.max on each
-	// HCA (the node's default limits); 0 leaves that resource unlimited.
+	// HCA (the node's default limits), and its pod's: the plugin is not told
+	// the pod, so a pod gets them once, for all its containers together; 0
+	// leaves that resource unlimited.
 	HCAHandles, HCAObjects int64
 	// Memlock is the RLIMIT_MEMLOCK every container gets ("unlimited" or
 	// a byte count, as the hook takes it); empty: no memlock hook.
@@ -202,7 +204,7 @@ func (h Hooks) of(hcas []string) []*cdispec.Hook {
 	}
 	if h.HCAHandles > 0 || h.HCAObjects > 0 {
 		for _, name := range hcas {
-			out = append(out, cdi.LimitHook(h.HookPath, name, h.HCAHandles, h.HCAObjects))
+			out = append(out, cdi.LimitHook(h.HookPath, name, h.HCAHandles, h.HCAObjects, cdi.PodLimit{UID: cdi.AnyPod, Handles: h.HCAHandles, Objects: h.HCAObjects}))
 		}
 	}
 	if h.Memlock != "" {

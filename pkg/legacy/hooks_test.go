@@ -13,7 +13,8 @@ import (
 
 // TestAllocateWithHooks: where the hostNetwork switch is off the node-wide
 // device carries the hook's check, first, the default limits of every
-// HCA and the memlock hook naming them all; Allocate then answers with the CDI device alone, so a container
+// HCA, for the container and for its pod (any pod: the plugin sees none),
+// and the memlock hook naming them all; Allocate then answers with the CDI device alone, so a container
 // cannot get the device nodes past the hooks.
 func TestAllocateWithHooks(t *testing.T) {
 	const hook = "/opt/rdma-dra-driver/bin/rdma-dra-hook"
@@ -52,8 +53,8 @@ func TestAllocateWithHooks(t *testing.T) {
 		t.Errorf("last hook %s %q, want the memlock of 256 MiB naming the 10 HCAs", ml.Path, ml.Args)
 	}
 	for _, h := range hooks[1 : len(hooks)-1] {
-		if h.Args[1] != "limit" || !strings.HasPrefix(h.Args[2], "--device=mlx5_") || h.Args[3] != "--hca-handle=4" || h.Args[4] != "--hca-object=max" {
-			t.Errorf("hook %q, want a limit of 4 handles", h.Args)
+		if len(h.Args) != 6 || h.Args[1] != "limit" || !strings.HasPrefix(h.Args[2], "--device=mlx5_") || h.Args[3] != "--hca-handle=4" || h.Args[4] != "--hca-object=max" || h.Args[5] != "--pod=*:4:max" {
+			t.Errorf("hook %q, want a limit of 4 handles for the container and its pod, whichever", h.Args)
 		}
 	}
 

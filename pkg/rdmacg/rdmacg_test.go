@@ -197,3 +197,31 @@ func TestParseValueAndString(t *testing.T) {
 		t.Errorf("unescape = %q", got)
 	}
 }
+
+func TestPodDir(t *testing.T) {
+	for _, tt := range []struct {
+		name, container, dir, uid, wantErr string
+	}{
+		{name: "cgroupfs", container: "/sys/fs/cgroup/kubepods/besteffort/pod0f3c-11/cri-1", dir: "/sys/fs/cgroup/kubepods/besteffort/pod0f3c-11", uid: "0f3c-11"},
+		{name: "cgroupfs guaranteed", container: "/sys/fs/cgroup/kubepods/podabc/ctr", dir: "/sys/fs/cgroup/kubepods/podabc", uid: "abc"},
+		{name: "systemd", container: "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0f3c_11.slice/cri-containerd-1.scope",
+			dir: "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0f3c_11.slice", uid: "0f3c-11"},
+		{name: "systemd guaranteed", container: "/sys/fs/cgroup/rdma/kubepods.slice/kubepods-pod9_a.slice/crio-2.scope", dir: "/sys/fs/cgroup/rdma/kubepods.slice/kubepods-pod9_a.slice", uid: "9-a"},
+		{name: "not a pod", container: "/sys/fs/cgroup/vmtest/ctr", wantErr: "/sys/fs/cgroup/vmtest, the parent of the container's cgroup, is not a pod's cgroup"},
+		{name: "the QoS level", container: "/sys/fs/cgroup/kubepods/besteffort/ctr", wantErr: "is not a pod's cgroup"},
+		{name: "pod with nothing after", container: "/sys/fs/cgroup/kubepods/pod/ctr", wantErr: "is not a pod's cgroup"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, uid, err := PodDir(tt.container)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("PodDir(%s) = %s, %s, %v; want an error containing %q", tt.container, dir, uid, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || dir != tt.dir || uid != tt.uid {
+				t.Errorf("PodDir(%s) = %s, %s, %v; want %s, %s", tt.container, dir, uid, err, tt.dir, tt.uid)
+			}
+		})
+	}
+}

@@ -157,3 +157,44 @@ func TestAdminGrantPolicy(t *testing.T) {
 		t.Errorf("adminGrants=false, no management class: still rendered")
 	}
 }
+
+// TestDefaultsBoundATenant: with its defaults the chart gives a claim that
+// asks for nothing a non-zero rdma.max (a twentieth of the published
+// capacities), caps what one claim may ask at a quarter of them, leaves
+// software devices out of its classes, and on 1.35 grants no cluster-wide
+// patch of claim status (TestClaimStatusByKubeVersion has the detail).
+func TestDefaultsBoundATenant(t *testing.T) {
+	out, err := renderAt("1.35.0", chart, "rdma", "rdma-system", `{"sharing":"shared"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := map[string]string{}
+	for _, ds := range docs(t, out, "DaemonSet") {
+		for _, c := range ds["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any) {
+			for _, a := range c.(map[string]any)["args"].([]any) {
+				k, v, _ := strings.Cut(a.(string), "=")
+				args[k] = v
+			}
+		}
+	}
+	for flag, want := range map[string]string{"--hca-handles-per-hca": "1000", "--hca-objects-per-hca": "1000000",
+		"--default-hca-handles": "50", "--default-hca-objects": "50000", "--claim-max-percent": "25", "--claim-status": "false"} {
+		if args[flag] != want {
+			t.Errorf("daemon %s=%q, want %q", flag, args[flag], want)
+		}
+	}
+	for _, c := range docs(t, out, "DeviceClass") {
+		expr := c["spec"].(map[string]any)["selectors"].([]any)[0].(map[string]any)["cel"].(map[string]any)["expression"].(string)
+		if !strings.Contains(expr, `device.attributes["rdma.dra.dev"].software == false`) {
+			t.Errorf("class %v selects software devices by default: %s", c["metadata"], expr)
+		}
+	}
+	if rules := statusRules(t, out); len(rules) > 0 {
+		t.Errorf("1.35: the ClusterRole grants %v on claim status", rules)
+	}
+	for _, bad := range []string{`{"hook":{"claimMaxPercent":0}}`, `{"hook":{"claimMaxPercent":101}}`} {
+		if _, err := render(chart, "rdma", "rdma-system", bad); err == nil || !strings.Contains(err.Error(), "claimMaxPercent") {
+			t.Errorf("%s: err %v, want one naming claimMaxPercent", bad, err)
+		}
+	}
+}

@@ -237,23 +237,24 @@ func (v *vmCluster) installDriver() {
 	t.Logf("rxe0 publishes hcaHandles %s", handles)
 }
 
-// limits: two pods share rxe0, one claim consuming one hcaHandle, one
-// asking none. The chart's hook, run by containerd's runc, sets the first
-// container's rdma.max; each container reads its own and asks the kernel
-// for two verbs contexts.
+// limits: two pods share rxe0, one claim consuming one hcaHandle (and
+// the chart's default of 50000 objects), one asking none, which gets the
+// chart's defaults (50 handles, 50000 objects). The chart's hook, run by containerd's runc, sets each
+// container's rdma.max and its pod's; each container reads its own and
+// asks the kernel for two verbs contexts.
 func (v *vmCluster) limits() {
 	t := v.t
 	script := shCommand("contexts.sh", guestNodeTest)
 	limited := v.claimPod("limited", node.BusyboxImage, script, map[string]int64{"hcaHandles": 1})
-	unlimited := v.claimPod("unlimited", node.BusyboxImage, script, nil)
-	msgs := v.terminationMessages(limited, unlimited)
+	defaults := v.claimPod("defaults", node.BusyboxImage, script, nil)
+	msgs := v.terminationMessages(limited, defaults)
 	for _, c := range []struct {
 		pod  string
 		want []string
 	}{
-		{limited, []string{"rdma.max: rxe0 hca_handle=1 hca_object=max", "context 1 on /dev/infiniband/uverbs0: ok",
+		{limited, []string{"rdma.max: rxe0 hca_handle=1 hca_object=50000", "context 1 on /dev/infiniband/uverbs0: ok",
 			"context 2 on /dev/infiniband/uverbs0: resource temporarily unavailable", "contexts exit 1"}},
-		{unlimited, []string{"rdma.max: rxe0 hca_handle=max hca_object=max", "context 1 on /dev/infiniband/uverbs0: ok",
+		{defaults, []string{"rdma.max: rxe0 hca_handle=50 hca_object=50000", "context 1 on /dev/infiniband/uverbs0: ok",
 			"context 2 on /dev/infiniband/uverbs0: ok", "contexts exit 0"}},
 	} {
 		t.Logf("%s's container said:\n%s", c.pod, msgs[c.pod])

@@ -136,13 +136,15 @@ func TestLimitsOnSharedRxe(t *testing.T) {
 		gid: gidIndex(t, n, "rxe0"), uverbs: "/dev/infiniband/" + uverbsOf(t, n.drv.Inventory(), "rxe0")}
 	idSrv, idCli, idFree, idObjs := f.idSrv, f.idCli, f.idFree, f.idObjs
 
-	wantHook := []string{hook, "rdma-dra-hook", "limit", "--device=rxe0", "--hca-handle=1", "--hca-object=max"}
+	wantHook := func(pod string) []string {
+		return []string{hook, "rdma-dra-hook", "limit", "--device=rxe0", "--hca-handle=1", "--hca-object=max", "--pod=" + pod + ":1:max"}
+	}
 	for _, c := range []struct {
 		name string
 		ids  []string
 		want [][]string
-	}{{"lim-server", idSrv, [][]string{wantHook}}, {"lim-client", idCli, [][]string{wantHook}}, {"unlimited", idFree, nil},
-		{"lim-objects", idObjs, [][]string{{hook, "rdma-dra-hook", "limit", "--device=rxe0", "--hca-handle=max", "--hca-object=2"}}}} {
+	}{{"lim-server", idSrv, [][]string{wantHook("pod-lim-server")}}, {"lim-client", idCli, [][]string{wantHook("pod-lim-client")}}, {"unlimited", idFree, nil},
+		{"lim-objects", idObjs, [][]string{{hook, "rdma-dra-hook", "limit", "--device=rxe0", "--hca-handle=max", "--hca-object=2", "--pod=pod-lim-objects:max:2"}}}} {
 		got := createRuntimeHooks(withCDI(t, containerSpec(c.name, "true"), n.cdiDir, c.ids...))
 		if !slices.EqualFunc(got, c.want, slices.Equal) {
 			t.Errorf("%s: createRuntime hooks %q, want %q", c.name, got, c.want)
@@ -177,7 +179,7 @@ func (f *limitsEnv) twoContainersWithOneHandle(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		spec := withGuestBinary(withOut(withCgroupView(containerSpec("lim-server", srvScript...)), f.out))
+		spec := inPod(withGuestBinary(withOut(withCgroupView(containerSpec("lim-server", srvScript...)), f.out)), "pod-lim-server")
 		sres, serr = runContainerErr("lim-server", withCDI(t, spec, f.n.cdiDir, f.idSrv...), 120*time.Second)
 	}()
 	done := filepath.Join(f.out, "second-open-done")
@@ -189,7 +191,7 @@ func (f *limitsEnv) twoContainersWithOneHandle(t *testing.T) {
 		t.Fatalf("%v: %v\n%s", err, serr, sres.out)
 	}
 	cliScript := shScript("limits-pingpong.sh", append(strings.Fields(pp), "10.0.2.15")...)
-	cres := runContainer(t, "lim-client", withCDI(t, withCgroupView(containerSpec("lim-client", cliScript...)), f.n.cdiDir, f.idCli...), 60*time.Second)
+	cres := runContainer(t, "lim-client", withCDI(t, inPod(withCgroupView(containerSpec("lim-client", cliScript...)), "pod-lim-client"), f.n.cdiDir, f.idCli...), 60*time.Second)
 	wg.Wait()
 	if serr != nil {
 		t.Fatal(serr)
@@ -245,7 +247,7 @@ func (f *limitsEnv) unlimitedClaim(t *testing.T) {
 
 func (f *limitsEnv) objectLimit(t *testing.T) {
 	script := shScript("limits-pingpong.sh", "-d", "rxe0", "-g", strconv.Itoa(f.gid), "-p", strconv.Itoa(pingpongPort+12), "-n", "5")
-	r := runContainer(t, "lim-objects", withCDI(t, withCgroupView(containerSpec("lim-objects", script...)), f.n.cdiDir, f.idObjs...), 60*time.Second)
+	r := runContainer(t, "lim-objects", withCDI(t, inPod(withCgroupView(containerSpec("lim-objects", script...)), "pod-lim-objects"), f.n.cdiDir, f.idObjs...), 60*time.Second)
 	t.Logf("container with hcaObjects 2 (exit %d):\n%s", r.exit, r.out)
 	if !strings.Contains(r.out, "rdma.max: rxe0 hca_handle=max hca_object=2") {
 		t.Errorf("rdma.max does not hold the object limit")
@@ -320,7 +322,7 @@ func (f *limitsEnv) failClosedHCAGone(t *testing.T) {
 	ids := f.n.prepare(gone)
 	id := "lim-gone"
 	spec := withCDI(t, withOut(containerSpec(id, "touch", "/out/gone-ran"), f.out), f.n.cdiDir, ids...)
-	if got, want := createRuntimeHooks(spec), [][]string{{f.hook, "rdma-dra-hook", "limit", "--device=siw9", "--hca-handle=1", "--hca-object=max"}}; !slices.EqualFunc(got, want, slices.Equal) {
+	if got, want := createRuntimeHooks(spec), [][]string{{f.hook, "rdma-dra-hook", "limit", "--device=siw9", "--hca-handle=1", "--hca-object=max", "--pod=pod-lim-gone:1:max"}}; !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("createRuntime hooks %q, want %q", got, want)
 	}
 	command(t, "rdma", "link", "delete", "siw9")

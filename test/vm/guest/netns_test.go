@@ -40,6 +40,10 @@ func TestMain(m *testing.M) {
 		os.Exit(uverbsContextsHelper())
 	case "uverbs-reg-mr":
 		os.Exit(regMRHelper())
+	case "pod-owner":
+		os.Exit(podOwnerHelper())
+	case "pod-sidecar":
+		os.Exit(podSidecarHelper())
 	}
 	os.Exit(m.Run())
 }

@@ -63,7 +63,7 @@ func TestPolicyDefaultLimit(t *testing.T) {
 	n := startNode(t, nodeConfig{shares: 1000, hcaHandles: 64, hcaObjects: 1 << 20, hookPath: hook, defaultHCAHandles: 2, defaultHCAObjects: 500})
 	ids := n.prepare(n.claim("asks-none", []string{"rxe0"}, "55555555-aaaa-4aaa-8aaa-000000000002"))
 	id := "pol-default"
-	r := runContainer(t, id, withCDI(t, withCgroupView(containerSpec(id, "cat", "/sys/fs/cgroup/rdma.max")), n.cdiDir, ids...), 60*time.Second)
+	r := runContainer(t, id, withCDI(t, inPod(withCgroupView(containerSpec(id, "cat", "/sys/fs/cgroup/rdma.max")), "pod-asks-none"), n.cdiDir, ids...), 60*time.Second)
 	t.Logf("runc run %s: exit %d\n%s", id, r.exit, r.out)
 	if want := "rxe0 hca_handle=2 hca_object=500"; r.exit != 0 || !strings.Contains(r.out, want) {
 		t.Errorf("the container's rdma.max: exit %d, %q; want %q", r.exit, r.out, want)
