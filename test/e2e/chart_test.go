@@ -51,6 +51,7 @@ func renderChart(t *testing.T, values string) string {
 // without IPC_LOCK and the slice policy refuses a daemon's token writing
 // another node's ResourceSlice.
 func TestChartAcceptedAndPoliciesAct(t *testing.T) {
+	t.Parallel() // no node: see parallel in main_test.go
 	cp, err := cluster.StartControlPlane(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
