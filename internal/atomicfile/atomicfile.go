@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Option changes how Write works.
@@ -50,6 +52,8 @@ func WithValidate(fn func(tmpPath string) error) Option {
 // not a crash or power loss, after which the file may be empty or hold the
 // old content; concurrent readers still never see a partial file. For
 // files that are derived state, or that matter only until the node reboots.
+// Such a write replaces an existing file by swapping names (see exchange),
+// which spares it the data write-out ext4 does on a rename over a file.
 func WithoutSync() Option {
 	return func(o *options) { o.noSync = true }
 }
@@ -122,16 +126,43 @@ func Write(path string, data []byte, opts ...Option) (err error) {
 			return fmt.Errorf("write %s: %w", path, err)
 		}
 	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	if o.noSync {
+		renamed = exchange(tmp, path)
 	}
-	renamed = true
+	if !renamed {
+		if err = os.Rename(tmp, path); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		renamed = true
+	}
 	if !o.noSync {
 		if err = SyncDir(dir); err != nil {
 			return fmt.Errorf("write %s: %w", path, err)
 		}
 	}
 	return nil
+}
+
+// exchange puts the unsynced temp file tmp in place of the regular file
+// at path by swapping the two names (renameat2 RENAME_EXCHANGE), then
+// removes the old file, now under tmp's name. A rename over an existing
+// file would do the same in one call, but ext4 (auto_da_alloc) then writes
+// the new file's data out before returning, about 0.2 ms per write on this
+// project's CI disk, which is the durability WithoutSync declines; the
+// swap is as atomic for readers and costs no I/O. A kill between the swap
+// and the removal (or a failed removal) leaves the old content under the
+// temp name, which the caller's sweep of its temp pattern removes. It
+// returns false, having changed nothing, when path is not a regular file
+// or the filesystem cannot swap (the caller then renames).
+func exchange(tmp, path string) bool {
+	if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_EXCHANGE); err != nil {
+		return false
+	}
+	_ = os.Remove(tmp) // the new content is in place either way
+	return true
 }
 
 // SyncDir fsyncs the directory dir, which makes a rename, creation or

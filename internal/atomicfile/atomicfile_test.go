@@ -70,6 +70,55 @@ func TestWrite(t *testing.T) {
 	}
 }
 
+// TestWriteWithoutSyncOverNonFiles: an unsynced write swaps names only
+// with a regular file; a symlink is replaced itself (its target is left
+// alone) and a directory is refused, as a rename would.
+func TestWriteWithoutSyncOverNonFiles(t *testing.T) {
+	tests := []struct {
+		name    string
+		make    func(t *testing.T, dir, path string)
+		wantErr bool
+		want    []string // the directory after
+	}{
+		{name: "symlink", make: func(t *testing.T, dir, path string) {
+			if err := os.WriteFile(filepath.Join(dir, "target"), []byte("target"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("target", path); err != nil {
+				t.Fatal(err)
+			}
+		}, want: []string{"f", "target"}},
+		{name: "directory", make: func(t *testing.T, _, path string) {
+			if err := os.Mkdir(path, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, wantErr: true, want: []string{"f"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "f")
+			tt.make(t, dir, path)
+			err := Write(path, []byte("new"), WithoutSync())
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Write: %v, want an error: %v", err, tt.wantErr)
+			}
+			if names := dirtest.Names(t, dir); !reflect.DeepEqual(names, tt.want) {
+				t.Errorf("left in the directory: %q, want %q", names, tt.want)
+			}
+			if tt.wantErr {
+				return
+			}
+			if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
+				t.Errorf("%s is not a regular file after the write: %v %v", path, fi, err)
+			}
+			if b, _ := os.ReadFile(filepath.Join(dir, "target")); string(b) != "target" {
+				t.Errorf("the symlink's target now holds %q; it must be left alone", b)
+			}
+		})
+	}
+}
+
 // TestWriteRelativePath: a path without a directory is written in the
 // working directory, not in os.TempDir.
 func TestWriteRelativePath(t *testing.T) {

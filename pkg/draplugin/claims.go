@@ -4,11 +4,12 @@ package draplugin
 // claims (by namespace and name: a retried prepare of a claim waits for the
 // first, and a claim made again under the same name waits for the old one's
 // unprepare, which shares its metadata directory), checks and reserves
-// their devices in memory, writes the CDI specs and metadata files without
-// any shared lock, and records the claims in the checkpoint with one
-// read-modify-write under the checkpoint's file lock, which also checks
-// the devices again against what another daemon (a rolling update)
-// recorded meanwhile. A claim that fails at any step is undone.
+// their devices in memory, writes the CDI specs and metadata files (a
+// claim's spec and its metadata at once) without any shared lock, and
+// records the claims in the checkpoint with one read-modify-write under the
+// checkpoint's file lock, which also checks the devices again against what
+// another daemon (a rolling update) recorded meanwhile. A claim that fails
+// at any step is undone.
 
 import (
 	"context"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
+	"github.com/rdma-dra/rdma-dra-driver/pkg/hca"
 )
 
 // claimState prepares and unprepares claims.
@@ -117,10 +119,8 @@ func (s *claimState) prepareLocked(ctx context.Context, v *view, claims []*resou
 	var written []checkpoint.Claim
 	devs := map[string][]kubeletplugin.Device{}
 	for _, c := range reserved {
-		err := s.writeSpec(v, c, group(s.cfg, v, c, candidates), podLimitsOf(s.cfg, v, c, candidates))
-		if err == nil {
-			devs[c.UID], err = s.writeMetadata(v, c)
-		}
+		var err error
+		devs[c.UID], err = s.writeFiles(v, c, group(s.cfg, v, c, candidates), podLimitsOf(s.cfg, v, c, candidates))
 		if err != nil {
 			s.undo(c, cp)
 			fail(c, err)
@@ -155,6 +155,22 @@ func (s *claimState) prepareLocked(ctx context.Context, v *view, claims []*resou
 		s.rewriteLocked(klog.FromContext(ctx), cur, prepared)
 	}
 	return results, prepared, siblingsOf(cp, prepared), nil
+}
+
+// writeFiles writes claim c's CDI spec and its metadata files at once:
+// they are files of their own, and a prepare waits for the slower, not
+// for both. It returns what the kubelet gets for c.
+func (s *claimState) writeFiles(v *view, c checkpoint.Claim, group []hca.HCA, pods podTotals) ([]kubeletplugin.Device, error) {
+	var devs []kubeletplugin.Device
+	var metaErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { devs, metaErr = s.writeMetadata(v, c) })
+	specErr := s.writeSpec(v, c, group, pods)
+	wg.Wait()
+	if specErr != nil {
+		return nil, specErr
+	}
+	return devs, metaErr
 }
 
 // record adds the written claims to the checkpoint in one update. Under

@@ -76,6 +76,7 @@ func podPolicyOf(t *testing.T, rendered string) string {
 // admits it where it does (the default), and the slice policy refuses a daemon's token writing
 // another node's ResourceSlice.
 func TestChartAcceptedAndPoliciesAct(t *testing.T) {
+	t.Parallel() // no node: see parallel in main_test.go
 	cp, err := cluster.StartControlPlane(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)

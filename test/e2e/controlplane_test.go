@@ -10,6 +10,7 @@ import (
 )
 
 func TestControlPlaneServesResourceV1(t *testing.T) {
+	t.Parallel() // no node: see parallel in main_test.go
 	cp, err := cluster.StartControlPlane(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -87,6 +87,7 @@ var trays = []tray{{
 // work: a claim that does not tolerate it gets no HCA there, one that does
 // gets one.
 func TestGPUPairsByTopology(t *testing.T) {
+	t.Parallel() // no node: see parallel in main_test.go
 	ctx := t.Context()
 	cp, err := cluster.StartControlPlane(t, t.TempDir())
 	if err != nil {

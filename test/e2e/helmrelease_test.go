@@ -21,6 +21,7 @@ import (
 // helm status and history agree; the release Secrets exist; and helm
 // uninstall removes every object of the chart, cluster-scoped ones too.
 func TestHelmRelease(t *testing.T) {
+	t.Parallel() // no node: see parallel in main_test.go
 	dir := t.TempDir()
 	cp, err := cluster.StartControlPlane(t, dir)
 	if err != nil {

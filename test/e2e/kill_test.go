@@ -190,6 +190,7 @@ func ourFiles(t *testing.T, dir string) []string {
 // RDMA_DRA_KILLS sets the number of kills (default 50; the check
 // is 1,000), RDMA_DRA_KILL_SEED the seed (printed).
 func TestSIGKILLLeavesNoFiles(t *testing.T) {
+	t.Parallel() // no node: see parallel in main_test.go
 	kills, seed := killsAndSeed(t)
 	t.Logf("%d kills, seed %d (RDMA_DRA_KILL_SEED=%d repeats it)", kills, seed, seed)
 	r := rand.New(rand.NewPCG(seed, 0))

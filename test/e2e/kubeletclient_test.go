@@ -113,6 +113,7 @@ func allocatedClaim(t *testing.T, c kubernetes.Interface, name, device string) *
 // ResourceSlice in the API server, prepare a claim, SIGKILL the driver,
 // delete the claim, restart the driver and unprepare: no CDI spec remains.
 func TestKubeletClientAcrossSIGKILL(t *testing.T) {
+	t.Parallel() // no node: see parallel in main_test.go
 	w := newBareWorld(t, "-v=2")
 	if _, err := w.cp.Client.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

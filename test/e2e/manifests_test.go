@@ -12,6 +12,7 @@ import (
 // spec the docs show is accepted by the real API server (CEL selectors
 // compile, fields are known).
 func TestShippedManifestsAccepted(t *testing.T) {
+	t.Parallel() // no node: see parallel in main_test.go
 	cp, err := cluster.StartControlPlane(t, t.TempDir())
 	if err != nil {
 		t.Fatal(err)

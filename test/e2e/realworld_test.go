@@ -67,10 +67,7 @@ func newRealWorld(t *testing.T, opts ...func(*node.Options)) *realWorld {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
-	image, err := node.BuildDriverImage(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	image := driverImage(t)
 	spec, err := hcatest.Preset("dgx-h100")
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,7 @@ import (
 // one checkpoint; after the old daemon stops, the new one refuses a second
 // claim for the HCA the old one prepared, and unprepares that claim.
 func TestRollingUpdateTwoDaemons(t *testing.T) {
+	t.Parallel() // no node: see parallel in main_test.go
 	w := newBareWorld(t, "-v=2")
 	ctx := context.Background()
 	if _, err := w.cp.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
