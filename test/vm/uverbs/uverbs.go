@@ -118,7 +118,6 @@ func RegMR(w io.Writer, path string, n int) int {
 // The write ABI's commands (enum ib_uverbs_write_cmds) and access flag.
 const (
 	cmdGetContext    = 0
-	cmdAllocPD       = 3
 	cmdRegMR         = 9
 	accessLocalWrite = 1 // IB_ACCESS_LOCAL_WRITE
 )
