@@ -40,6 +40,19 @@ type Claim struct {
 }
 
 // Device is one allocated device of a claim, as prepared.
+// Process is what the containers of a device get beyond its nodes;
+// embedded in Device, so its fields are Device's in the JSON.
+type Process struct {
+	// Memlock is the RLIMIT_MEMLOCK the hook gives the device's containers
+	// ("unlimited" or a byte count), or "off" for no hook: the class's,
+	// the claim's or the node's --memlock as prepare decided it. Empty in
+	// records written before it existed, which mean the node's --memlock.
+	Memlock string `json:"memlock,omitempty"`
+	// ShmSizeMiB is HcaConfig.shmSizeMiB: the size of the container's
+	// /dev/shm tmpfs; 0 for none.
+	ShmSizeMiB int64 `json:"shmSizeMiB,omitempty"`
+}
+
 type Device struct {
 	Request     string `json:"request"`           // request name, "request/subrequest" for a subrequest
 	Pool        string `json:"pool"`              // ResourceSlice pool
@@ -62,14 +75,8 @@ type Device struct {
 	// MoveNetdev is HcaConfig.moveNetdev: where the HCA moves into the
 	// pod's network namespace (exclusive netns mode), its netdevs go too.
 	MoveNetdev bool `json:"moveNetdev,omitempty"`
-	// Memlock is the RLIMIT_MEMLOCK the hook gives the device's containers
-	// ("unlimited" or a byte count), or "off" for no hook: the class's,
-	// the claim's or the node's --memlock as prepare decided it. Empty in
-	// records written before it existed, which mean the node's --memlock.
-	Memlock string `json:"memlock,omitempty"`
-	// ShmSizeMiB is HcaConfig.shmSizeMiB: the size of the container's
-	// /dev/shm tmpfs; 0 for none.
-	ShmSizeMiB   int64    `json:"shmSizeMiB,omitempty"`
+	// Process is what the device's containers get beyond its nodes.
+	Process
 	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
 	// MovedHCA is the HCA as discovered at prepare, kept where the claim's
 	// hook moves it into the pod's network namespace: while it is there the

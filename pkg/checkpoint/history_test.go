@@ -47,7 +47,7 @@ func full() Checkpoint {
 		UID: "c-uid", Namespace: "training", Name: "moved-rdma", PodUIDs: []string{"pod-3"}, Network: "pod",
 		Devices: []Device{{
 			Request: "rdma", Pool: "node-a", Device: "mlx5-3", IBDev: "mlx5_3", ManagementDevices: true, Env: true,
-			PKey: &PKey{Value: 0x8001, Index: 1}, AddressFamily: "IPv4", MoveNetdev: true, Memlock: "268435456", ShmSizeMiB: 8192,
+			PKey: &PKey{Value: 0x8001, Index: 1}, AddressFamily: "IPv4", MoveNetdev: true, Process: Process{Memlock: "268435456", ShmSizeMiB: 8192},
 			CDIDeviceIDs: []string{"rdma.dra.dev/hca=c-uid-mlx5-3"}, MovedHCA: SnapshotHCA(movedHCA()),
 		}},
 		BootID:     "5b1f0a3c-8f0e-4c55-9d8e-0c1f2a3b4c5d",
@@ -57,7 +57,7 @@ func full() Checkpoint {
 		UID: "d-uid", Namespace: "inference", Name: "shared-rdma", PodUIDs: []string{"pod-4"}, Network: "host",
 		Devices: []Device{{
 			Request: "rdma", Pool: "node-a", Device: "mlx5-4", IBDev: "mlx5_4", ShareID: "share-4", Env: true,
-			Limits: &Limits{HCAHandles: 10, HCAObjects: 1000}, AddressFamily: "IPv6", Memlock: "off",
+			Limits: &Limits{HCAHandles: 10, HCAObjects: 1000}, AddressFamily: "IPv6", Process: Process{Memlock: "off"},
 			CDIDeviceIDs: []string{"rdma.dra.dev/hca=d-uid-mlx5-4-share-4"},
 		}},
 		BootID:     "5b1f0a3c-8f0e-4c55-9d8e-0c1f2a3b4c5d",

@@ -95,7 +95,7 @@ func resolveDevice(cfg *Config, v *view, c checkpoint.Claim, r resourceapi.Devic
 		AdminAccess:       r.AdminAccess != nil && *r.AdminAccess,
 		ManagementDevices: *hcaCfg.ManagementDevices,
 		Env:               *hcaCfg.Env,
-		Memlock:           rc.memlock,
+		Process:           checkpoint.Process{Memlock: rc.memlock},
 	}
 	if hcaCfg.ShmSizeMiB != nil {
 		dev.ShmSizeMiB = *hcaCfg.ShmSizeMiB
