@@ -1,6 +1,7 @@
 package draplugin_test
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"slices"
@@ -51,7 +52,9 @@ func TestMemlockOnEveryRoute(t *testing.T) {
 			{"shared", 1000, shared("mlx5-1", "55555555-aaaa-4aaa-8aaa-000000000002"), []string{"--device=mlx5_1"}},
 			{"legacy", 1000, shared("legacy-rdma-hca", "55555555-aaaa-4aaa-8aaa-000000000003"), all},
 		} {
-			t.Run(tt.route+"/memlock="+memlock, func(t *testing.T) {
+			// Short names: the kubelet's registration socket lives under
+			// the test's temp dir, and a unix socket path has 107 bytes.
+			t.Run(tt.route+"/"+cmp.Or(memlock, "off"), func(t *testing.T) {
 				t.Parallel()
 				e := newEnv(t)
 				e.cfg.Shares, e.cfg.HookPath, e.cfg.Memlock = tt.shares, testHook, memlock
