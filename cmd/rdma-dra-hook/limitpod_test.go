@@ -14,7 +14,6 @@ import (
 // would be, so a write there fails.
 func podNode(t *testing.T, podCgroup string) string {
 	t.Helper()
-	root := t.TempDir()
 	files := map[string]string{
 		"proc/42/cgroup":      "0::/kubepods/besteffort/" + podCgroup + "/c1\n",
 		"proc/self/mountinfo": "30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
@@ -26,16 +25,7 @@ func podNode(t *testing.T, podCgroup string) string {
 	} else {
 		files["sys/fs/cgroup/kubepods/besteffort/"+podCgroup+"/rdma.max"] = ""
 	}
-	for p, content := range files {
-		full := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root
+	return tree(t, files)
 }
 
 // TestLimitPod: with --pod the hook sets the pod's rdma.max (the parent of

@@ -14,14 +14,19 @@ import (
 
 // node is a root with procfs and a cgroup v2 container cgroup for pid 42.
 func node(t *testing.T) string {
-	t.Helper()
-	root := t.TempDir()
-	for p, content := range map[string]string{
+	return tree(t, map[string]string{
 		"proc/42/cgroup":                        "0::/k/c1\n",
 		"proc/self/mountinfo":                   "30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
 		"sys/fs/cgroup/k/c1/cgroup.controllers": "memory rdma\n",
 		"sys/fs/cgroup/k/c1/rdma.max":           "",
-	} {
+	})
+}
+
+// tree writes files (path -> content) under a new root and returns it.
+func tree(t *testing.T, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for p, content := range files {
 		full := filepath.Join(root, p)
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 			t.Fatal(err)

@@ -137,9 +137,11 @@ func (cfg *Config) validate(deps Deps) error {
 		return errors.New("RDMA cgroup limits need shared mode and the hook's host path")
 	}
 	if cfg.Memlock != "" {
-		if _, err := configapi.ParseMemlock(cfg.Memlock); err != nil {
+		m, err := configapi.ParseMemlock(cfg.Memlock)
+		if err != nil {
 			return fmt.Errorf("memlock: %w", err)
 		}
+		cfg.Memlock = m.String() // as the hook takes it, once
 	}
 	if cfg.DeviceMetadata && cfg.PluginDataDir == "" {
 		return errors.New("device metadata needs the plugin data directory")

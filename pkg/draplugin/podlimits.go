@@ -62,10 +62,7 @@ func podLimitsOf(cfg *Config, v *view, c checkpoint.Claim, candidates []checkpoi
 			for _, dev := range o.Devices {
 				names := []string{dev.IBDev}
 				if dev.IBDev == "" && cfg.isLegacy(dev.Device) {
-					names = names[:0]
-					for _, h := range v.usable() {
-						names = append(names, h.Name)
-					}
+					names = v.usableNames()
 				}
 				for _, name := range names {
 					t := sums[name]

@@ -170,7 +170,8 @@ func humanMemlock(m configapi.Memlock) string {
 
 // memlockHook is the memlock hook of a device that gives a container
 // ibdevs, with the value recorded at prepare (empty: an older release's
-// record, which means the node's --memlock), or nil for none.
+// record, which means the node's --memlock), or nil for none. Both are
+// already as the hook takes them (memlockOf, Config.validate).
 func (cfg *Config) memlockHook(recorded string, ibdevs ...string) *cdispec.Hook {
 	v := recorded
 	if v == "" {
@@ -178,9 +179,6 @@ func (cfg *Config) memlockHook(recorded string, ibdevs ...string) *cdispec.Hook 
 	}
 	if v == "" || v == memlockOff || cfg.HookPath == "" || len(ibdevs) == 0 {
 		return nil
-	}
-	if m, err := configapi.ParseMemlock(v); err == nil {
-		v = m.String()
 	}
 	return cdi.MemlockHook(cfg.HookPath, ibdevs, v)
 }

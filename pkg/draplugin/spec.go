@@ -77,10 +77,7 @@ func (s *claimState) writeSpec(v *view, c checkpoint.Claim, group []hca.HCA, pod
 		} else if dev.IBDev == "" && cfg.isLegacy(dev.Device) {
 			if usable := v.usable(); len(usable) > 0 {
 				edits, err = cdi.NodeEdits(usable, opts)
-				var names []string
-				for _, h := range usable {
-					names = append(names, h.Name)
-				}
+				names := v.usableNames()
 				edits.Hooks = append(cfg.hostNetworkHooks(names...), edits.Hooks...)
 				if dev.Limits != nil {
 					l := share(c, *dev.Limits)

@@ -38,6 +38,16 @@ func (v *view) usable() []hca.HCA {
 	return out
 }
 
+// usableNames are the ibdev names of usable(): the HCAs the legacy device
+// gives a container.
+func (v *view) usableNames() []string {
+	var out []string
+	for _, h := range v.usable() {
+		out = append(out, h.Name)
+	}
+	return out
+}
+
 // isLegacy reports whether device is the legacy device standing for all
 // HCAs.
 func (c *Config) isLegacy(device string) bool {
