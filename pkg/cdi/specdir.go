@@ -14,6 +14,7 @@ import (
 
 	"github.com/rdma-dra/rdma-dra-driver/internal/atomicfile"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/pkg/parser"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
@@ -85,11 +86,14 @@ type ClaimDevice struct {
 // idempotent. The directory is created if missing: /var/run is a tmpfs
 // that a reboot empties, and runtimes do not create it.
 //
-// Before the file becomes visible it is loaded back with the CDI library's
-// own reader (cdi.ReadSpec: parsing, version, vendor, class, names, edits),
-// so a runtime can load whatever WriteClaim accepts. WriteClaim also
-// refuses what the library lets through but would go wrong later: no
-// devices, duplicate names, relative device paths, character or block nodes
+// Before anything is written the spec goes through the checks the CDI
+// library's reader (cdi.ReadSpec) makes after parsing: version, vendor,
+// class, device names, edits, no empty device. They run on the spec in
+// memory: reading the file back and parsing it again (YAML) cost more than
+// writing it, and the JSON of a cdispec.Spec parses back to the same spec
+// (TestWrittenSpecsReadBack reads every accepted spec with cdi.ReadSpec).
+// WriteClaim also refuses what the library lets through but would go wrong
+// later: duplicate names, relative device paths, character or block nodes
 // without a major number (the runtime would stat the host node).
 //
 // The write is atomic (atomicfile.Write: a temporary file in the same
@@ -105,6 +109,9 @@ func (d *SpecDir) WriteClaim(claimUID string, common cdispec.ContainerEdits, dev
 	}
 	path := d.Path(claimUID)
 	spec, err := buildSpec(common, devices)
+	if err == nil {
+		err = validateAsCDI(spec)
+	}
 	if err != nil {
 		return fmt.Errorf("CDI spec %s for claim %s: %w", path, claimUID, err)
 	}
@@ -118,7 +125,6 @@ func (d *SpecDir) WriteClaim(claimUID string, common cdispec.ContainerEdits, dev
 	err = atomicfile.Write(path, data,
 		atomicfile.WithMode(fileMode),
 		atomicfile.WithTempPattern(tempPattern(path)),
-		atomicfile.WithValidate(loadsInCDI),
 		atomicfile.WithoutSync())
 	if err != nil {
 		return fmt.Errorf("CDI spec for claim %s: %w", claimUID, err)
@@ -288,10 +294,52 @@ func marshalSpec(spec *cdispec.Spec) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// loadsInCDI checks that the CDI library reads the spec file at path.
-func loadsInCDI(path string) error {
-	if _, err := cdiapi.ReadSpec(path, 0); err != nil {
-		return fmt.Errorf("rejected by the CDI library: %w", err)
+// validateAsCDI makes the checks cdi.ReadSpec makes of a parsed spec, with
+// the library's own validators, so that a runtime loads what we write.
+func validateAsCDI(spec *cdispec.Spec) error {
+	err := func() error {
+		if err := cdispec.ValidateVersion(spec); err != nil {
+			return err
+		}
+		vendor, class := parser.ParseQualifier(spec.Kind)
+		if err := parser.ValidateVendorName(vendor); err != nil {
+			return err
+		}
+		if err := parser.ValidateClassName(class); err != nil {
+			return err
+		}
+		if len(spec.Annotations) > 0 {
+			// The library's annotation checks are internal to it; none of
+			// our specs carries annotations.
+			return errors.New("spec annotations are not supported")
+		}
+		if err := (&cdiapi.ContainerEdits{ContainerEdits: &spec.ContainerEdits}).Validate(); err != nil {
+			return err
+		}
+		for _, d := range spec.Devices {
+			if err := parser.ValidateDeviceName(d.Name); err != nil {
+				return fmt.Errorf("device %q: %w", d.Name, err)
+			}
+			if len(d.Annotations) > 0 {
+				return fmt.Errorf("device %q: annotations are not supported", d.Name)
+			}
+			if emptyEdits(d.ContainerEdits) {
+				return fmt.Errorf("device %q: empty device edits", d.Name)
+			}
+			if err := (&cdiapi.ContainerEdits{ContainerEdits: &d.ContainerEdits}).Validate(); err != nil {
+				return fmt.Errorf("device %q: %w", d.Name, err)
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		return fmt.Errorf("rejected by the CDI library's validation: %w", err)
 	}
 	return nil
+}
+
+// emptyEdits is what the CDI library refuses as a device's edits.
+func emptyEdits(e cdispec.ContainerEdits) bool {
+	return len(e.Env) == 0 && len(e.DeviceNodes) == 0 && len(e.Hooks) == 0 && len(e.Mounts) == 0 &&
+		len(e.NetDevices) == 0 && e.IntelRdt == nil && len(e.AdditionalGIDs) == 0
 }
