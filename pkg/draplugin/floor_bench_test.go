@@ -11,7 +11,6 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
@@ -19,44 +18,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/rdma-dra/rdma-dra-driver/internal/atomicfile"
+	"github.com/rdma-dra/rdma-dra-driver/internal/drafloor"
 	"github.com/rdma-dra/rdma-dra-driver/pkg/checkpoint"
 )
-
-// floorDriver is the least a DRA driver can do for a prepare: the helper
-// GETs the claim, and the driver answers with one CDI device after one
-// fsync'd file (a checkpoint), removed at unprepare.
-type floorDriver struct{ dir string }
-
-func (f floorDriver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	out := map[types.UID]kubeletplugin.PrepareResult{}
-	for _, c := range claims {
-		if err := atomicfile.Write(filepath.Join(f.dir, string(c.UID)), []byte(c.Name)); err != nil {
-			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
-			continue
-		}
-		r := c.Status.Allocation.Devices.Results[0]
-		out[c.UID] = kubeletplugin.PrepareResult{Devices: []kubeletplugin.Device{{
-			Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device,
-			CDIDeviceIDs: []string{"rdma.dra.dev/hca=" + string(c.UID)},
-		}}}
-	}
-	return out, nil
-}
-
-func (f floorDriver) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	out := map[types.UID]error{}
-	for _, c := range claims {
-		out[c.UID] = os.Remove(filepath.Join(f.dir, string(c.UID)))
-	}
-	return out, nil
-}
-
-func (floorDriver) HandleError(context.Context, error, string) {}
-
-func (floorDriver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
-}
 
 // benchDirs puts an env where a node has its directories: the CDI dir on a
 // tmpfs (/var/run/cdi), the checkpoint and the plugin data (metadata
@@ -96,7 +60,7 @@ func benchDirs(b *testing.B, e *env) {
 // BenchmarkPrepareVsFloor times, in one run and interleaved call by call,
 // a prepare (and its unprepare) through the same helper and API server
 // (the client-go fake) of:
-//   - floor: floorDriver;
+//   - floor: drafloor.Driver;
 //   - metadata: this driver as the daemon runs it: device metadata on (the
 //     default), its files written by the driver, and the checkpoint not
 //     fsynced (checkpoint.BootScoped: a reboot discards it anyway);
@@ -129,7 +93,7 @@ func BenchmarkPrepareVsFloor(b *testing.B) {
 	if err := os.MkdirAll(floorPlugin, 0o755); err != nil {
 		b.Fatal(err)
 	}
-	helper, err := kubeletplugin.Start(ctx, floorDriver{floorDir},
+	helper, err := kubeletplugin.Start(ctx, drafloor.Driver{Dir: floorDir, CDIKind: "rdma.dra.dev/hca"},
 		kubeletplugin.DriverName(driverName), kubeletplugin.NodeName(nodeName), kubeletplugin.KubeClient(base.client),
 		kubeletplugin.PluginDataDirectoryPath(floorPlugin), kubeletplugin.RegistrarDirectoryPath(base.registryDir),
 		kubeletplugin.RegistrarSocketFilename("floor-reg.sock"))

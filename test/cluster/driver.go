@@ -30,6 +30,17 @@ func BuildDriver(dir string) (string, error) {
 	return out, nil
 }
 
+// BuildTestCommand builds the test module's command cmd/<name> into dir
+// and returns its path.
+func BuildTestCommand(dir, name string) (string, error) {
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-C", filepath.Join(RepoRoot(), "test"), "-o", out, "./cmd/"+name)
+	if o, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building %s: %v\n%s", name, err, o)
+	}
+	return out, nil
+}
+
 // HookName is rdma-dra-hook's file name beside the driver BuildDriver built.
 const HookName = "rdma-dra-hook"
 
@@ -39,7 +50,8 @@ func RepoRoot() string {
 	return filepath.Dir(filepath.Dir(filepath.Dir(file)))
 }
 
-// DriverProcess is one run of the driver binary.
+// DriverProcess is one run of the driver binary, or of another test
+// process (StartProcess).
 type DriverProcess struct {
 	cmd  *exec.Cmd
 	mu   sync.Mutex
@@ -48,12 +60,18 @@ type DriverProcess struct {
 	err  error
 }
 
-// StartDriver starts the binary with args; its output is kept for Logs.
+// StartDriver starts the driver binary with args, and the hook beside it
+// unless args name one; its output is kept for Logs.
 func StartDriver(binary string, args ...string) (*DriverProcess, error) {
-	p := &DriverProcess{done: make(chan struct{})}
 	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--hook-path") }) {
 		args = append(slices.Clone(args), "--hook-path="+filepath.Join(filepath.Dir(binary), HookName))
 	}
+	return StartProcess(binary, args...)
+}
+
+// StartProcess starts binary with args; its output is kept for Logs.
+func StartProcess(binary string, args ...string) (*DriverProcess, error) {
+	p := &DriverProcess{done: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Stdout, p.cmd.Stderr = (*lockedWriter)(p), (*lockedWriter)(p)
 	p.cmd.Env = append(os.Environ(), "NODE_NAME=")

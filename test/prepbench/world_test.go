@@ -2,8 +2,9 @@
 // rdma-dra-driver binary as its own process with its default flags, an
 // in-process kube-apiserver, a simulated node, and the benchmark playing
 // the kubelet over the plugin socket with the kubelet's DRA gRPC client.
-// A minimal driver (floorDriver) runs beside it against the same API
-// server, so every figure comes with the floor it is compared to.
+// A minimal driver (internal/drafloor) runs beside it, also as its own
+// process, against the same API server, so every figure comes with the
+// floor it is compared to.
 package prepbench
 
 import (
@@ -48,7 +49,7 @@ type world struct {
 	// metricsURL is the daemon's /metrics.
 	metricsURL string
 	dra        drapb.DRAPluginClient // the daemon's plugin socket
-	floor      drapb.DRAPluginClient // floorDriver's
+	floor      drapb.DRAPluginClient // the minimal driver's
 	claims     []*drapb.Claim        // claim i is allocated HCA i % hcaCount
 }
 
@@ -123,9 +124,9 @@ func newWorld(b *testing.B, claims int, extraArgs ...string) *world {
 		}
 		w.daemon.Kill()
 	})
-	w.dra = w.register(b, filepath.Join(kubeletDir, "plugins_registry", driverName+"-reg.sock"))
+	w.dra = register(b, w.daemon, filepath.Join(kubeletDir, "plugins_registry", driverName+"-reg.sock"))
 	w.waitPublished(b)
-	w.floor = startFloor(b, cp, filepath.Join(disk, "floor"), filepath.Join(kubeletDir, "plugins_registry"))
+	w.floor = startFloor(b, w, filepath.Join(disk, "floor"), filepath.Join(kubeletDir, "plugins_registry"))
 	return w
 }
 
@@ -198,14 +199,14 @@ func allocatedClaim(b *testing.B, c kubernetes.Interface, i int) *drapb.Claim {
 	return &drapb.Claim{Namespace: claim.Namespace, Name: claim.Name, Uid: string(claim.UID)}
 }
 
-// register plays the kubelet's plugin watcher on the registration socket
+// register plays the kubelet's plugin watcher on p's registration socket
 // (GetInfo, then the status) and dials the plugin socket it names.
-func (w *world) register(b *testing.B, socket string) drapb.DRAPluginClient {
+func register(b *testing.B, p *cluster.DriverProcess, socket string) drapb.DRAPluginClient {
 	b.Helper()
 	var info *registerapi.PluginInfo
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		if exited, err := w.daemon.Exited(); exited {
-			return false, fmt.Errorf("the daemon exited (%v)", err)
+		if exited, err := p.Exited(); exited {
+			return false, fmt.Errorf("the process exited (%v)", err)
 		}
 		conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -220,7 +221,7 @@ func (w *world) register(b *testing.B, socket string) drapb.DRAPluginClient {
 		return err == nil, nil
 	})
 	if err != nil {
-		b.Fatalf("registering the daemon at %s: %v\n%s", socket, err, w.daemon.Logs())
+		b.Fatalf("registering the plugin at %s: %v\n%s", socket, err, p.Logs())
 	}
 	return drapb.NewDRAPluginClient(dial(b, info.Endpoint))
 }
