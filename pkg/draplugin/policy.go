@@ -8,9 +8,9 @@ package draplugin
 
 import (
 	"fmt"
-	"strconv"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	configapi "github.com/rdma-dra/rdma-dra-driver/api/rdma.dra.dev/v1alpha1"
@@ -151,21 +151,13 @@ func (cfg *Config) memlockOf(request, className string, class, own *string) (str
 	return m.String(), nil
 }
 
-// humanMemlock writes a memlock value for a person: unlimited, or bytes
-// in the largest binary unit that divides them.
+// humanMemlock writes a memlock value for a person: unlimited, or a
+// binary quantity ("64Mi").
 func humanMemlock(m configapi.Memlock) string {
 	if m.Unlimited {
 		return configapi.MemlockUnlimited
 	}
-	for _, u := range []struct {
-		suffix string
-		size   int64
-	}{{"Gi", 1 << 30}, {"Mi", 1 << 20}, {"Ki", 1 << 10}} {
-		if m.Bytes%u.size == 0 {
-			return strconv.FormatInt(m.Bytes/u.size, 10) + u.suffix
-		}
-	}
-	return strconv.FormatInt(m.Bytes, 10)
+	return resource.NewQuantity(m.Bytes, resource.BinarySI).String()
 }
 
 // memlockHook is the memlock hook of a device that gives a container
