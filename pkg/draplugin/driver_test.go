@@ -103,6 +103,13 @@ func newEnv(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The sockets' directories: a unix socket's path has at most 107
+	// bytes, and t.TempDir's holds the test's name.
+	sockets, err := os.MkdirTemp("", "dra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockets) })
 	e := &env{
 		t:      t,
 		node:   node,
@@ -110,8 +117,8 @@ func newEnv(t testing.TB) *env {
 		envDirs: envDirs{
 			cdiDir:      filepath.Join(dir, "cdi"),
 			stateDir:    filepath.Join(dir, "state"),
-			pluginDir:   filepath.Join(dir, "plugins", driverName),
-			registryDir: filepath.Join(dir, "plugins_registry"),
+			pluginDir:   filepath.Join(sockets, "plugins", driverName),
+			registryDir: filepath.Join(sockets, "plugins_registry"),
 		},
 		bootID: bootA,
 		cfg: draplugin.Config{
