@@ -40,9 +40,12 @@ test: test-unit test-e2e test-vm test-multinode
 
 # go mod download first: TestGeneratedDeepCopyIsCurrent runs deepcopy-gen
 # (a tool of go.mod) offline, so its modules must be in the cache.
+# -parallel 8, not GOMAXPROCS (2 here): most of pkg/draplugin's tests wait
+# about a second for the kubelet plugin helper's ResourceSlice informer
+# (it checks for the sync once a second), so eight of them wait at once.
 test-unit:
 	$(GO) mod download
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -parallel 8 ./...
 
 test-e2e:
 	cd test/helmrender && $(GO) test -count=1 ./...
