@@ -47,9 +47,11 @@ test-unit:
 	$(GO) mod download
 	$(GO) test -race -count=1 -parallel 8 ./...
 
+# -parallel 4: test/e2e's tests, each with its own control plane and real
+# node, mostly wait (test/e2e/main_test.go says what was measured).
 test-e2e:
 	cd test/helmrender && $(GO) test -count=1 ./...
-	cd test && $(GO) test -count=1 -timeout 60m $$($(GO) list ./... | grep -v /test/vm)
+	cd test && $(GO) test -count=1 -timeout 60m -parallel 4 $$($(GO) list ./... | grep -v /test/vm)
 
 # Debian's kernel in QEMU (TCG) with Soft-RoCE and soft-iWARP: discovery
 # against the kernel's tools, CDI-injected runc containers moving data over
