@@ -40,13 +40,18 @@ test: test-unit test-e2e test-vm test-multinode
 
 # go mod download first: TestGeneratedDeepCopyIsCurrent runs deepcopy-gen
 # (a tool of go.mod) offline, so its modules must be in the cache.
+# -parallel 8, not GOMAXPROCS (2 here): most of pkg/draplugin's tests wait
+# about a second for the kubelet plugin helper's ResourceSlice informer
+# (it checks for the sync once a second), so eight of them wait at once.
 test-unit:
 	$(GO) mod download
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -parallel 8 ./...
 
+# -parallel 4: test/e2e's tests, each with its own control plane and real
+# node, mostly wait (test/e2e/main_test.go says what was measured).
 test-e2e:
 	cd test/helmrender && $(GO) test -count=1 ./...
-	cd test && $(GO) test -count=1 -timeout 60m $$($(GO) list ./... | grep -v /test/vm)
+	cd test && $(GO) test -count=1 -timeout 60m -parallel 4 $$($(GO) list ./... | grep -v /test/vm)
 
 # Debian's kernel in QEMU (TCG) with Soft-RoCE and soft-iWARP: discovery
 # against the kernel's tools, CDI-injected runc containers moving data over

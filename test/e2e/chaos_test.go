@@ -29,7 +29,7 @@ import (
 // CDI spec. RDMA_CHAOS_SEED repeats a run, RDMA_CHAOS_ROUNDS changes its
 // length (default 50).
 func TestRealNodeRestartChaos(t *testing.T) {
-	t.Parallel() // after the other real nodes: see parallel in main_test.go
+	t.Parallel() // a real node of its own: see parallel in main_test.go
 	seed, rounds := chaosSeedAndRounds(t)
 	t.Logf("restart chaos: seed %d, %d rounds (RDMA_CHAOS_SEED=%d repeats them)", seed, rounds, seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))

@@ -9,22 +9,17 @@ import (
 	"github.com/rdma-dra/rdma-dra-driver/test/node"
 )
 
-// parallel: the package's tests run one after another, but for those that
-// call t.Parallel, which Go starts once every other test has ended,
-// -parallel (GOMAXPROCS, 2 on CI) at a time, in the order of the files:
-//   - TestRealNodeRestartChaos and TestRealNodeScenarios, the two longest
-//     (235 and 178 s of the suite's 945 s at load 8-15), each with its own
-//     real node (control plane, kubelet, containerd, namespaces, cgroups,
-//     hook directory and ports its own);
-//   - the tests without a node (a control plane, a bare daemon; every
-//     directory and port their own), which mostly wait on their API server
-//     and daemon.
-//
-// The suite used a fifth of the machine's CPU (260 s over 11 minutes on
-// two cores): its tests wait on kubelets, containers and API servers, and
-// side by side they wait at once (945 s before, 563 s after). Nothing they assert depends on running
-// alone, and nothing asserts a duration: real nodes already run beside
-// each other when the test module's packages (test/node and this one) do.
+// parallel: every test with a real node or a control plane calls
+// t.Parallel (make test-e2e runs -parallel 4); Go starts them once the
+// few plain tests have ended, in the order of the files. Each has its own
+// control plane, node (kubelet, containerd, namespaces, cgroups, hook
+// directory) and ports, and nothing they assert depends on running alone
+// or asserts a duration. They mostly wait on kubelets, containers and API
+// servers: one after another the suite used a fifth of the machine's CPU.
+// Measured with go test ./... of this module (load 4-8, two cores): 576 s
+// with the real nodes one at a time and two at a time after them, 283 s
+// with all of them four at a time (TestRealNodeRestartChaos, first in
+// file order, is then the longest at 283 s).
 
 // TestMain removes what the package's tests share (the driver's image)
 // after they ran.

@@ -35,6 +35,7 @@ const (
 // namespace and label; in a labelled namespace its pod runs with umad and
 // issm.
 func TestRealNodeGrantByNamespace(t *testing.T) {
+	t.Parallel() // a real node of its own: see parallel in main_test.go
 	w := newRealWorld(t)
 	w.install(t, "rdma-grants", `,"deviceClasses":{"management":true}`)
 
@@ -91,6 +92,7 @@ func TestRealNodeGrantByNamespace(t *testing.T) {
 // authorizes status per node and driver; the chart grants only the
 // node-aware verb.
 func TestDaemonTokenOtherNode(t *testing.T) {
+	t.Parallel() // a real node of its own: see parallel in main_test.go
 	w := newRealWorld(t)
 	w.install(t, "rdma-token", "")
 	daemon := w.daemonClient(t)

@@ -36,6 +36,7 @@ import (
 // put rdma/hca into the Node's allocatable, the scheduler would keep
 // serving rdma/hca from there.
 func TestRealNodeLegacy(t *testing.T) {
+	t.Parallel() // a real node of its own: see parallel in main_test.go
 	w := newRealWorld(t)
 	want := []string{"rdma_cm"}
 	for _, h := range w.devices {

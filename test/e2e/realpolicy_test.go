@@ -23,6 +23,7 @@ import (
 )
 
 func TestRealNodePolicy(t *testing.T) {
+	t.Parallel() // a real node of its own: see parallel in main_test.go
 	w := newRealWorld(t)
 	// Shared HCAs (claims many pods join) and the device-plugin route; no
 	// admission policy, non-hostNetwork RDMA off (the default).

@@ -22,6 +22,7 @@ import (
 // whose new containers see their HCAs, and unprepares the deleted pod's;
 // nothing leaks.
 func TestRealNodeReboot(t *testing.T) {
+	t.Parallel() // a real node of its own: see parallel in main_test.go
 	w := newRealWorld(t)
 	bootFile := filepath.Join(w.dir, "boot_id")
 	const bootA, bootB = "0f3b2c4d-1111-4a5b-8c9d-0123456789ab\n", "7e6d5c4b-2222-4a5b-8c9d-ba9876543210\n"

@@ -30,7 +30,7 @@ import (
 )
 
 func TestRealNodeScenarios(t *testing.T) {
-	t.Parallel() // after the other real nodes: see parallel in main_test.go
+	t.Parallel() // a real node of its own: see parallel in main_test.go
 	w := newRealWorld(t)
 	nodeObj, err := w.cp.Client.CoreV1().Nodes().Get(w.ctx, w.n.Name, metav1.GetOptions{})
 	if err != nil {

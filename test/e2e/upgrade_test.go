@@ -327,6 +327,7 @@ func (w *realWorld) rollTo(t *testing.T, image string, old corev1.Pod) corev1.Po
 // stream of pods starts and stops; then helm uninstall with the pods still
 // running and a new install that picks their claims up.
 func TestRealNodeUpgradeRollback(t *testing.T) {
+	t.Parallel() // a real node of its own: see parallel in main_test.go
 	rel := buildLastRelease(t)
 	w := newRealWorld(t, func(o *node.Options) { o.Images = append(o.Images, rel.image) })
 	h, err := cluster.NewHelm(w.cp, w.dir)

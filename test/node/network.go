@@ -78,7 +78,7 @@ func (n *Node) startNamespaces(sharedNetwork bool) error {
 	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
+	if err := startOnLiveThread(cmd); err != nil {
 		return fmt.Errorf("node namespaces (unshare): %w", err)
 	}
 	n.holder, n.holderIn, n.nsPid = cmd, in, cmd.Process.Pid

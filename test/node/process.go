@@ -47,7 +47,7 @@ func (n *Node) spawn(name string, env []string, argv ...string) (*process, error
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	if err := startOnLiveThread(cmd); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}

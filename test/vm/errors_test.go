@@ -12,6 +12,8 @@ import (
 )
 
 func TestVMFailuresNameTheCause(t *testing.T) {
+	// Beside TestVM: mostly an idle guest waiting for its timeout.
+	t.Parallel()
 	if os.Getenv("RDMA_DRA_VM") == "0" {
 		t.Skip("the environment sets RDMA_DRA_VM=0: the VM suite is switched off on this machine")
 	}
@@ -40,6 +42,7 @@ func TestVMFailuresNameTheCause(t *testing.T) {
 			[]string{"timed out after 20s without the guest's exit marker", "last console lines:\n  init: loading modules"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			im, err := cache.Build(ctx, dir, c.spec)
 			if err != nil {

@@ -24,6 +24,7 @@ import (
 const bootTimeout = 9 * time.Minute
 
 func TestVM(t *testing.T) {
+	t.Parallel() // beside TestVMFailuresNameTheCause, after TestVMNode
 	cache := requireVM(t)
 	cacheDir := cache.Dir
 	ctx := context.Background()

@@ -1,8 +1,10 @@
 # link.sh: TestLinkBetweenGuests' guest program, run in both guests as
 # sh /scripts/link.sh with RANK (0 or 1) from the kernel command line.
 # Rank 0 serves, rank 1 connects, retrying until rank 0 is up. A tool that
-# hangs is described and killed after 90 s (watchdog.sh).
+# hangs is described and killed after 90 s, or once its packets stood
+# still for 20 s (watchdog.sh): a healthy transfer moves some every few ms.
 . "${0%/*}/watchdog.sh"
+stall=20
 out=/tmp/out
 mac=52:54:00:00:09:0$((RANK+1)); me=10.0.9.$((RANK+1)); peer=10.0.9.$((2-RANK))
 for d in /sys/class/net/*; do [ "$(cat "$d/address")" = "$mac" ] && nic=${d##*/}; done

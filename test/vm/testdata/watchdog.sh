@@ -8,7 +8,10 @@
 #
 #   counters        the port's non-zero hardware counters, one line, no newline
 #   deadline S CMD  CMD with its output in $out; alive after S seconds, it is
-#                   killed and $out gets "hung Ss: <counters>" and describe's lines
+#                   killed and $out gets "hung Ss: <counters>" and describe's lines.
+#                   If the sourcing script sets stall (seconds), CMD is hung
+#                   sooner once the port's packets moved and then stood still
+#                   for that long ("hung Ss, no packet for Ts: ...").
 
 counters() {
   for f in "$port"/hw_counters/*; do v=$(cat "$f"); [ "$v" = 0 ] || printf '%s=%s ' "${f##*/}" "$v"; done
@@ -17,11 +20,19 @@ counters() {
 
 describe() { :; }
 
+# packets: the port's packets sent and received so far.
+packets() { echo $(($(cat "$port/hw_counters/sent_pkts") + $(cat "$port/hw_counters/rcvd_pkts"))); }
+
 deadline() {
   limit=$(($1*10)); shift
   "$@" > "$out" 2>&1 & pid=$!; n=0
+  last=$(packets); moved=; still=0
   while kill -0 $pid 2>/dev/null; do
     n=$((n+1)); [ $n = $limit ] && { echo "hung $((limit/10))s: $(counters)"; describe; } >> "$out" && kill -9 $pid
+    if [ -n "$stall" ] && [ $((n % 10)) = 0 ]; then
+      p=$(packets); if [ "$p" != "$last" ]; then moved=1; still=0; last=$p; else still=$((still+1)); fi
+      [ -n "$moved" ] && [ $still = "$stall" ] && { echo "hung $((n/10))s, no packet for ${stall}s: $(counters)"; describe; } >> "$out" && kill -9 $pid
+    fi
     sleep 0.1
   done; wait $pid
 }
