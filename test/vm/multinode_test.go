@@ -370,6 +370,9 @@ func (j rankJob) podSpec(labels map[string]string) corev1.PodSpec {
 		VolumeMounts: []corev1.VolumeMount{{Name: "scripts", MountPath: guestScripts, ReadOnly: true}}}
 	spec := corev1.PodSpec{
 		RestartPolicy: corev1.RestartPolicyNever,
+		// A rank still running when its Job is deleted (portDown's A) is
+		// killed at once: sh as PID 1 ignores SIGTERM.
+		TerminationGracePeriodSeconds: ptrTo(int64(1)),
 		Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 				LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: "kubernetes.io/hostname"}}}},
@@ -652,12 +655,21 @@ func (m *multiNode) portDown() {
 			nodeB, driverBefore, after)
 	}
 	up := m.nodePod("link-up", nodeB, true, "link-up.sh", netdev)
+	upAt := time.Now()
 	t.Logf("%s said: %s", up, m.terminationMessages(up)[up])
-	msgs := m.terminationMessages(rankA.Name, rankB.Name)
-	for _, p := range []*corev1.Pod{rankA, rankB} {
-		t.Logf("%s (on %s) said:\n%s", p.Name, p.Spec.NodeName, msgs[p.Name])
-	}
-	if !strings.Contains(msgs[rankB.Name], "port after: 4: ACTIVE") {
+	m.wait(nodeB+"'s "+linkRxe+" untainted", 2*time.Minute, func() (bool, string) {
+		d, err := m.sliceDevice(nodeB, linkRxe)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(d.Taints) == 0, fmt.Sprintf("taints %+v", d.Taints)
+	})
+	t.Logf("%s's %s untainted %s after the link came up", nodeB, linkRxe, time.Since(upAt).Round(10*time.Millisecond))
+	// B's rank ends its transfer once its port is back; A's ends with the
+	// Job if B's going away did not end it.
+	msg = m.terminationMessages(rankB.Name)[rankB.Name]
+	t.Logf("%s (on %s) said:\n%s", rankB.Name, nodeB, msg)
+	if !strings.Contains(msg, "port after: 4: ACTIVE") {
 		t.Errorf("%s: its port did not come back ACTIVE", rankB.Name)
 	}
 	fmt.Printf("cross-node: port-down %s/%s under ib_write_bw: taint %s and %s %q on %s; %s untouched\n",

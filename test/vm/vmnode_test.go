@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -333,6 +334,77 @@ func (v *vmCluster) waitDrivers(nodes int, installed time.Time) {
 		return len(onNodes) == nodes, fmt.Sprintf("Ready on %d of %d nodes; %s", len(onNodes), nodes, strings.Join(why, "; "))
 	})
 	t.Logf("driver Ready on %d node(s) %s after the chart's install", nodes, time.Since(installed).Round(100*time.Millisecond))
+	pods, err := cp.Client.CoreV1().Pods("rdma-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=rdma"})
+	if err != nil {
+		t.Logf("listing the driver pods for their timeline: %v", err)
+		return
+	}
+	events, err := cp.Client.CoreV1().Events("rdma-system").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("listing the driver pods' events: %v", err)
+	}
+	for _, p := range pods.Items {
+		var evs []corev1.Event
+		if events != nil {
+			for _, e := range events.Items {
+				if e.InvolvedObject.UID == p.UID {
+					evs = append(evs, e)
+				}
+			}
+		}
+		t.Logf("%s on %s: %s", p.Name, p.Spec.NodeName, podTimeline(&p, evs, installed))
+	}
+}
+
+// podTimeline says when, after since, a pod passed each step of its
+// start: scheduled, its containers started and ended, each condition, and
+// the kubelet's events; where a slow start spent its time.
+func podTimeline(p *corev1.Pod, events []corev1.Event, since time.Time) string {
+	type step struct {
+		at   time.Time
+		what string
+	}
+	var steps []step
+	add := func(at metav1.Time, what string) {
+		if !at.IsZero() {
+			steps = append(steps, step{at.Time, what})
+		}
+	}
+	add(p.CreationTimestamp, "created")
+	for _, c := range p.Status.Conditions {
+		add(c.LastTransitionTime, fmt.Sprintf("%s=%s", c.Type, c.Status))
+	}
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for _, c := range list {
+			if r := c.State.Running; r != nil {
+				add(r.StartedAt, c.Name+" running")
+			}
+			if x := c.State.Terminated; x != nil {
+				add(x.StartedAt, c.Name+" started")
+				add(x.FinishedAt, fmt.Sprintf("%s exited %d", c.Name, x.ExitCode))
+			}
+		}
+	}
+	for _, e := range events {
+		at := e.LastTimestamp
+		if at.IsZero() {
+			at = metav1.NewTime(e.EventTime.Time)
+		}
+		what := e.Reason
+		if e.Count > 1 {
+			what += fmt.Sprintf(" x%d", e.Count)
+		}
+		if e.Type == corev1.EventTypeWarning {
+			what += " (" + e.Message + ")"
+		}
+		add(at, what)
+	}
+	sort.SliceStable(steps, func(i, j int) bool { return steps[i].at.Before(steps[j].at) })
+	out := make([]string, len(steps))
+	for i, s := range steps {
+		out[i] = fmt.Sprintf("+%s %s", s.at.Sub(since).Round(time.Second), s.what)
+	}
+	return strings.Join(out, ", ")
 }
 
 // finish tells the guest the host is done (after a failure: print your

@@ -66,13 +66,19 @@ transfers() {
   else run ucx_perftest env UCX_UD_ETH_DGID_CHECK=n ucx_perftest "$PEER" -p 18518 -t tag_bw -s "$UCX_SIZE" -n "$UCX_ITERS"; fi
 }
 
-# portdown: a 180 s ib_write_bw while the test takes node B's link down,
-# then wait for the port to come back.
+# portdown: an ib_write_bw of up to 180 s while the test takes node B's
+# link down; on B it ends once the port is back (whether the transfer
+# survived the flap varies: waiting out its 180 s only cost time), then
+# B says its port's state. A's ends when B's peer is gone, or with the Job.
 portdown() {
   peer=; [ "$rank" = 0 ] || peer=$PEER
   RESULT='^ *[0-9]+ +[0-9]+ '
+  state=$port/state; went_down=
+  enough() {
+    if grep -q ACTIVE "$state"; then why="the port went down and is back"; [ -n "$went_down" ]
+    else went_down=1; false; fi
+  }
   run ib_write_bw ib_write_bw -F -d "$dev" -x "$gid" -p 18519 -s 65536 -D 180 $peer
-  state=$port/state
   for i in $(seq 600); do grep -q ACTIVE "$state" && break; sleep 0.5; done
   say "port after: $(cat "$state")"
 }
