@@ -51,10 +51,17 @@ type podStream struct {
 	runtimeDown []window
 	byPhase     map[string]int // succeeded pods by the phase label current when they were created
 	phase       string
+	// disturbing: the test is killing the node's parts (disturb); a pod's
+	// timeout then runs from calmAt (calm), not from its creation.
+	disturbing bool
+	calmAt     time.Time
 
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
+
+// streamLimit bounds a stream pod's wait whatever disturb and calm say.
+const streamLimit = 30 * time.Minute
 
 // startStream keeps inFlight pods going until stopStream.
 func (w *realWorld) startStream(prefix string, inFlight int, timeout time.Duration, kinds ...streamKind) *podStream {
@@ -81,6 +88,36 @@ func (s *podStream) setPhase(p string) {
 	s.mu.Lock()
 	s.phase = p
 	s.mu.Unlock()
+}
+
+// disturb: from now until calm, the test kills the node's parts faster
+// than a loaded machine may start a pod, so no pod is late; calm gives
+// every pod its timeout again, counted from then. Each must still run and
+// see its devices: the node has to recover, not merely survive.
+func (s *podStream) disturb() {
+	s.mu.Lock()
+	s.disturbing = true
+	s.mu.Unlock()
+}
+
+func (s *podStream) calm() {
+	s.mu.Lock()
+	s.disturbing, s.calmAt = false, time.Now()
+	s.mu.Unlock()
+}
+
+// late reports a pod created at created that has had its timeout.
+func (s *podStream) late(created time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.disturbing && time.Since(later(created, s.calmAt)) > s.timeout
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (s *podStream) stopStream() {
@@ -158,7 +195,7 @@ func (s *podStream) one() {
 		pod.Spec.ResourceClaims = nil
 		pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{Limits: corev1.ResourceList{"rdma/hca": resource.MustParse("1")}}
 	}
-	ctx, cancel := context.WithTimeout(w.ctx, s.timeout+30*time.Second)
+	ctx, cancel := context.WithCancel(w.ctx)
 	defer cancel()
 	c := w.cp.Client.CoreV1().Pods("default")
 	created := time.Now()
@@ -178,10 +215,15 @@ func (s *podStream) one() {
 	var p *corev1.Pod
 	var startErr string
 	startFailedNow := false
-	err := poll.Until(ctx, name+" to finish", 250*time.Millisecond, s.timeout, func(ctx context.Context) (bool, string, error) {
+	var seen string
+	err := poll.Until(ctx, name+" to finish", 250*time.Millisecond, streamLimit, func(ctx context.Context) (bool, string, error) {
+		if s.late(created) {
+			return false, "", fmt.Errorf("not within %s of its creation or of the end of the kills; last seen: %s", s.timeout, seen)
+		}
 		got, err := c.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return false, err.Error(), nil
+			seen = err.Error()
+			return false, seen, nil
 		}
 		p = got
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
@@ -193,7 +235,8 @@ func (s *podStream) one() {
 		if startErr, startFailedNow = startFailed(p); startFailedNow {
 			return true, "", nil
 		}
-		return false, fmt.Sprintf("%s %+v", p.Status.Phase, p.Status.ContainerStatuses), nil
+		seen = fmt.Sprintf("%s %+v", p.Status.Phase, p.Status.ContainerStatuses)
+		return false, seen, nil
 	})
 	if startFailedNow {
 		s.lostToRuntime(name, phase, startErr, created)
