@@ -655,8 +655,8 @@ func (m *multiNode) portDown() {
 			nodeB, driverBefore, after)
 	}
 	up := m.nodePod("link-up", nodeB, true, "link-up.sh", netdev)
-	upAt := time.Now()
 	t.Logf("%s said: %s", up, m.terminationMessages(up)[up])
+	upAt := time.Now() // as downAt: once the host has seen the pod end
 	m.wait(nodeB+"'s "+linkRxe+" untainted", 2*time.Minute, func() (bool, string) {
 		d, err := m.sliceDevice(nodeB, linkRxe)
 		if err != nil {
