@@ -22,23 +22,26 @@ func BuildDriver(dir string) (string, error) {
 	// Built in the main module, with its own go.sum and nothing of
 	// k8s.io/kubernetes, exactly as it ships.
 	for _, b := range [][2]string{{out, "./cmd/rdma-dra-driver"}, {filepath.Join(dir, HookName), "./cmd/rdma-dra-hook"}} {
-		cmd := exec.Command("go", "build", "-C", RepoRoot(), "-o", b[0], b[1])
-		if o, err := cmd.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("building %s: %v\n%s", b[1], err, o)
+		if err := goBuild(RepoRoot(), b[0], b[1]); err != nil {
+			return "", err
 		}
 	}
 	return out, nil
+}
+
+// goBuild builds pkg of the module in moduleDir into out.
+func goBuild(moduleDir, out, pkg string) error {
+	if o, err := exec.Command("go", "build", "-C", moduleDir, "-o", out, pkg).CombinedOutput(); err != nil {
+		return fmt.Errorf("building %s: %v\n%s", pkg, err, o)
+	}
+	return nil
 }
 
 // BuildTestCommand builds the test module's command cmd/<name> into dir
 // and returns its path.
 func BuildTestCommand(dir, name string) (string, error) {
 	out := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-C", filepath.Join(RepoRoot(), "test"), "-o", out, "./cmd/"+name)
-	if o, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building %s: %v\n%s", name, err, o)
-	}
-	return out, nil
+	return out, goBuild(filepath.Join(RepoRoot(), "test"), out, "./cmd/"+name)
 }
 
 // HookName is rdma-dra-hook's file name beside the driver BuildDriver built.
